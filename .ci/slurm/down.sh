@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Stop the localhost SLURM cluster started by .ci/slurm/up.sh: cancel its jobs, then stop the daemons by
+# the pids in $SLURM_CI_DIR/run (TERM, then KILL after a grace period). Safe to call when nothing runs.
+set -uo pipefail
+
+BASE=${SLURM_CI_DIR:-/tmp/wneurons-slurm}
+PARTITION=${SLURM_CI_PARTITION:-ci}
+GRACE=${SLURM_CI_GRACE:-15}   # seconds a daemon gets to exit after TERM
+
+log() { echo "down.sh: $*" >&2; }
+alive() { [ -f "$BASE/run/$1.pid" ] && kill -0 "$(cat "$BASE/run/$1.pid")" 2>/dev/null; }
+
+# Jobs first: their slurmstepd processes outlive slurmd, so cancel them while the controller still answers.
+if alive slurmctld; then
+  timeout 10 scancel -p "$PARTITION" 2>/dev/null || true
+  for _ in $(seq 1 10); do
+    [ -z "$(timeout 5 squeue -h -p "$PARTITION" -t RUNNING,COMPLETING 2>/dev/null)" ] && break
+    sleep 1
+  done
+fi
+
+for d in slurmd slurmctld munged; do   # reverse start order
+  f="$BASE/run/$d.pid"
+  [ -f "$f" ] || continue
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    # slurmd ignores TERM while it cannot reach slurmctld, hence the KILL fallback.
+    for _ in $(seq 1 $((GRACE * 2))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "$d ($pid) ignored TERM for ${GRACE}s, sending KILL"
+      kill -9 "$pid"
+    fi
+  fi
+  rm -f "$f"
+done
+
+# Remove our config links so nothing later mistakes this machine for a cluster member.
+for f in slurm.conf gres.conf; do
+  [ "$(readlink "/etc/slurm/$f" 2>/dev/null)" = "$BASE/etc/$f" ] && rm -f "/etc/slurm/$f"
+done
+log "stopped (state kept under $BASE)"

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Stand up a one-node SLURM cluster on localhost so that CI can run the workflow through
+# `snakemake --profile profiles/slurm --profile profiles/slurm-ci` exactly as on a real cluster.
+#
+#   bash .ci/slurm/up.sh        # idempotent: a second call only re-checks the running cluster
+#
+# Debian 12 (slurm 22.05, munge), run as root, no systemd needed. Daemons: munged, slurmctld, slurmd.
+# Node: this machine's CPUs, memory minus headroom, one fake GPU (gres/gpu backed by /dev/null).
+# No accounting daemon, so `sacct` cannot work: the CI profile uses `squeue` for job status.
+# State, logs and pid files live under $SLURM_CI_DIR; only /etc/slurm/{slurm,gres}.conf are symlinks to it.
+#
+# Environment:
+#   SLURM_CI_DIR        state directory                                  (default /tmp/wneurons-slurm)
+#   SLURM_CI_PARTITION  partition name; must match profiles/slurm-ci     (default ci)
+#   SLURM_CI_MEM_MB     node RealMemory in MB                            (default: physical - max(4 GiB, 20 %))
+#   SLURM_CI_TIMEOUT    seconds allowed for each wait (install, node idle, smoke job)    (default 120)
+set -euo pipefail
+
+BASE=${SLURM_CI_DIR:-/tmp/wneurons-slurm}
+PARTITION=${SLURM_CI_PARTITION:-ci}
+TIMEOUT=${SLURM_CI_TIMEOUT:-120}
+HOST=$(hostname -s)
+DAEMONS="munged slurmctld slurmd"     # start order; down.sh stops them in reverse
+
+log() { echo "up.sh: $*" >&2; }
+die() {
+  log "ERROR: $*"
+  command -v sinfo >/dev/null && timeout 10 sinfo -N -l >&2
+  for f in "$BASE"/log/slurmctld.log "$BASE"/log/slurmd.log; do
+    [ -f "$f" ] && { echo "--- tail $f" >&2; tail -n 20 "$f" >&2; }
+  done
+  exit 1
+}
+alive() { [ -f "$BASE/run/$1.pid" ] && kill -0 "$(cat "$BASE/run/$1.pid")" 2>/dev/null; }
+node_state() { timeout 10 sinfo -h -N -n "$HOST" -o %T 2>/dev/null || true; }
+
+# Poll `$2` (a shell condition) once a second for at most $TIMEOUT s; `$1` names the wait in errors.
+wait_for() {
+  local what=$1 cond=$2 deadline=$((SECONDS + TIMEOUT))
+  until eval "$cond"; do
+    [ "$SECONDS" -lt "$deadline" ] || die "timed out after ${TIMEOUT}s waiting for $what"
+    sleep 1
+  done
+}
+
+# Both smoke jobs are bounded twice: by SLURM (-t 1 minute) and by timeout, so a job stuck PENDING
+# (e.g. a drained node) fails here instead of hanging CI.
+smoke_test() {
+  timeout "$TIMEOUT" srun -p "$PARTITION" -t 1 --mem 100 hostname >/dev/null || die "srun smoke job failed"
+  timeout "$TIMEOUT" srun -p "$PARTITION" -t 1 --mem 100 --gpus=1 \
+    bash -c '[ "$CUDA_VISIBLE_DEVICES" = 0 ]' || die "srun --gpus=1 did not get the fake GPU"
+}
+
+[ "$(id -u)" = 0 ] || die "must run as root (installs packages, writes /etc/slurm)"
+start=$SECONDS
+
+# 1. Packages. `apt-get update` only when something is missing, once.
+missing=0
+for b in munged mungekey slurmctld slurmd sinfo srun squeue; do command -v "$b" >/dev/null || missing=1; done
+if [ "$missing" = 1 ]; then
+  log "installing slurm + munge"
+  export DEBIAN_FRONTEND=noninteractive
+  timeout "$TIMEOUT" apt-get update -qq >/dev/null || die "apt-get update failed"
+  timeout "$TIMEOUT" apt-get install -y -qq --no-install-recommends \
+    slurmctld slurmd slurm-client munge >/dev/null || die "apt-get install failed"
+fi
+
+# 2. Idempotency: a healthy running cluster is left alone; a half-started one is torn down first.
+running=0
+for d in $DAEMONS; do alive "$d" && running=$((running + 1)); done
+if [ "$running" = 3 ] && [[ "$(node_state)" =~ ^(idle|mixed|allocated)$ ]]; then
+  log "cluster already up under $BASE"
+  smoke_test
+  sinfo -p "$PARTITION"
+  exit 0
+fi
+if [ "$running" != 0 ]; then
+  log "$running of 3 daemons running but the node is not usable; restarting"
+  bash "$(dirname "$0")/down.sh"
+fi
+
+# The job-step plugin strips SLURM_* (incl. SLURM_CONF) before its inner srun, so every process must
+# find the config at the compiled-in path /etc/slurm/slurm.conf. Never overwrite a real cluster's file.
+mkdir -p /etc/slurm
+for f in slurm.conf gres.conf; do
+  if [ -e "/etc/slurm/$f" ] && [ "$(readlink "/etc/slurm/$f")" != "$BASE/etc/$f" ]; then
+    die "/etc/slurm/$f exists and is not ours (-> $BASE/etc/$f); refusing to replace it"
+  fi
+done
+
+# 3. Fresh state (jobs, logs); the munge key is kept across restarts.
+rm -rf "$BASE/spool" "$BASE/log" "$BASE/run"
+mkdir -p "$BASE"/{etc,run,log,spool/slurmd,spool/slurmctld,munge}
+chmod 755 "$BASE/munge"
+if [ ! -s "$BASE/munge/munge.key" ]; then
+  mungekey --create --keyfile="$BASE/munge/munge.key"
+  chmod 400 "$BASE/munge/munge.key"
+fi
+
+# 4. Config. The node line comes from `slurmd -C` (this machine's sockets/cores/threads); RealMemory is
+# lowered to leave the controller, snakemake and the OS their share.
+NODELINE=$(slurmd -C | head -n 1)
+phys_mb=$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$NODELINE")
+headroom_mb=$((phys_mb / 5 > 4096 ? phys_mb / 5 : 4096))
+MEM_MB=${SLURM_CI_MEM_MB:-$((phys_mb - headroom_mb))}
+NODELINE=$(sed "s/RealMemory=[0-9]*/RealMemory=$MEM_MB/" <<<"$NODELINE")
+
+cat >"$BASE/etc/slurm.conf" <<EOF
+# Generated by .ci/slurm/up.sh: one-node localhost cluster for CI.
+ClusterName=wneurons-ci
+SlurmctldHost=${HOST}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$BASE/munge/munge.socket
+StateSaveLocation=$BASE/spool/slurmctld
+SlurmdSpoolDir=$BASE/spool/slurmd
+SlurmctldPidFile=$BASE/run/slurmctld.pid
+SlurmdPidFile=$BASE/run/slurmd.pid
+SlurmctldLogFile=$BASE/log/slurmctld.log
+SlurmdLogFile=$BASE/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+# Cores AND memory are consumable, as on real clusters: a job's --mem is reserved on the node.
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+# srun/sbatch without --mem must not reserve the whole node.
+DefMemPerCPU=500
+ReturnToService=2
+# squeue only sees finished jobs for MinJobAge seconds; the slurm executor plugin needs
+# MinJobAge >= 3 * slurm-init-seconds-before-status-checks or it falls back to sacct (unusable here).
+MinJobAge=600
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MpiDefault=none
+GresTypes=gpu
+$NODELINE NodeAddr=127.0.0.1 Gres=gpu:1 State=UNKNOWN
+PartitionName=$PARTITION Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
+EOF
+# A gpu GRES without File= is silently dropped and the node drains; /dev/null stands in for a device.
+cat >"$BASE/etc/gres.conf" <<EOF
+AutoDetect=off
+NodeName=$HOST Name=gpu File=/dev/null
+EOF
+ln -sfn "$BASE/etc/slurm.conf" /etc/slurm/slurm.conf
+ln -sfn "$BASE/etc/gres.conf" /etc/slurm/gres.conf
+
+# 5. Daemons. Each forks into the background and writes its pid under $BASE/run.
+timeout 30 munged --key-file="$BASE/munge/munge.key" --socket="$BASE/munge/munge.socket" \
+  --pid-file="$BASE/run/munged.pid" --log-file="$BASE/log/munged.log" \
+  --seed-file="$BASE/munge/munged.seed" || die "munged did not start"
+timeout 30 slurmctld || die "slurmctld did not start"
+timeout 30 slurmd || die "slurmd did not start"
+for d in $DAEMONS; do wait_for "$d pid file" "alive $d"; done
+
+# 6. Ready = node idle, and one CPU job plus one GPU job run.
+wait_for "node $HOST to become idle" '[ "$(node_state)" = idle ]'
+smoke_test
+sinfo -p "$PARTITION"
+log "cluster up in $((SECONDS - start))s: partition=$PARTITION RealMemory=${MEM_MB}MB gres=gpu:1 state=$BASE"

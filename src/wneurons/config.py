@@ -1,0 +1,138 @@
+"""Validate the workflow config before any job runs: one clear line per problem, naming the key.
+
+The JSON schema (workflow/schemas/config.schema.yaml) is the single description of every key and its default;
+this module applies it (filling defaults) and adds the checks a schema cannot express (cross references,
+files that must exist, duplicate keys in the YAML itself).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config problem; the message is one line that names the offending key."""
+
+
+def _key_path(parts: Iterable[Any]) -> str:
+    return ".".join(str(p) for p in parts) or "<top level>"
+
+
+def _with_defaults(validator_class):
+    """A validator that also fills in `default` values (the jsonschema FAQ recipe)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = _copy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys (plain YAML keeps the last one silently)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ConfigError(
+                f"duplicate key {key!r} at {key_node.start_mark.name}:{key_node.start_mark.line + 1} "
+                f"(first at line {seen[key] + 1})"
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml_strict(path: str | os.PathLike) -> Any:
+    """Parse a YAML file, refusing duplicate keys (e.g. two models with the same name)."""
+    with open(path) as fh:
+        try:
+            return yaml.load(fh, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+
+
+def _schema_error_line(err: jsonschema.ValidationError) -> str:
+    where = _key_path(err.absolute_path)
+    if err.validator == "additionalProperties":
+        return f"config: unknown key under {where}: {err.message}"
+    if err.validator == "oneOf" and "models" in list(err.absolute_path)[:1]:
+        return f"config: {where}: give exactly one of hub_id, local_path, gguf_wheel"
+    return f"config: {where}: {err.message}"
+
+
+def validate_config(config: dict, schema_path: str | os.PathLike, workdir: str | os.PathLike = ".") -> dict:
+    """Validate ``config`` in place (defaults filled) and return it; raise ConfigError naming the first problem."""
+    schema = load_yaml_strict(schema_path)
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(e.absolute_path)))
+    if errors:
+        raise ConfigError(_schema_error_line(errors[0]))
+    _check_semantics(config, Path(workdir))
+    return config
+
+
+def _check_semantics(config: dict, workdir: Path) -> None:
+    models = config["models"]
+    for name, spec in models.items():
+        if spec["final_revision"] in spec["checkpoints"]:
+            raise ConfigError(f"config: models.{name}.checkpoints: repeats final_revision {spec['final_revision']!r}")
+        if "local_path" in spec and not (workdir / spec["local_path"]).is_dir():
+            raise ConfigError(f"config: models.{name}.local_path: no such directory: {spec['local_path']}")
+        if spec["checkpoint_ablations"] and not spec["checkpoints"]:
+            raise ConfigError(f"config: models.{name}.checkpoint_ablations: true but checkpoints is empty")
+    for dname, dspec in config["data"].items():
+        if not (workdir / dspec["checksums"]).is_file():
+            raise ConfigError(f"config: data.{dname}.checksums: no such file: {dspec['checksums']}")
+        local = dspec.get("local_dir")
+        if not dspec.get("url") and not (local and (workdir / local).is_dir()):
+            raise ConfigError(
+                f"config: data.{dname}: local_dir {local!r} does not exist and no url is given to download from"
+            )
+        if dspec.get("url", "") and dspec["url"].endswith(".zip") and not dspec.get("archive_sha256"):
+            raise ConfigError(f"config: data.{dname}.archive_sha256: required when url is a .zip archive")
+    neurons = config["neurons"]
+    if 2 * neurons["md_pairs"] > neurons["md_tokens"]:
+        raise ConfigError(
+            f"config: neurons.md_pairs: {neurons['md_pairs']} pairs need 2x as many tokens "
+            f"but neurons.md_tokens is {neurons['md_tokens']}"
+        )
+    fig1 = config["figures"]["figure1"]
+    for key in ("model", "contrast"):
+        if fig1[key] is not None and fig1[key] not in models:
+            raise ConfigError(f"config: figures.figure1.{key}: {fig1[key]!r} is not a configured model")
+    fig_model = fig1["model"] or next(iter(models))
+    if fig1["layer"] >= models[fig_model]["num_layers"]:
+        raise ConfigError(
+            f"config: figures.figure1.layer: {fig1['layer']} but {fig_model} has "
+            f"{models[fig_model]['num_layers']} layers"
+        )
+    min_layers = min(spec["num_layers"] for spec in models.values())
+    if config["figures"]["figure2a_layer"] >= min_layers:
+        raise ConfigError(
+            f"config: figures.figure2a_layer: {config['figures']['figure2a_layer']} but a model has only "
+            f"{min_layers} layers"
+        )

@@ -1,0 +1,112 @@
+"""Atomic result files, checksums and provenance.
+
+Every file this package writes goes through :func:`atomic_output`: the content is written to a temporary file
+in the same directory and renamed over the target only once complete, so a job killed mid-write never leaves a
+file that looks finished (Snakemake would otherwise take it as done on resume).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from wneurons import __version__
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it to ``path`` if the block succeeds, else delete it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def _json_default(obj: Any) -> Any:
+    # numpy / torch scalars and paths appear in results; make them plain JSON.
+    if hasattr(obj, "item"):
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically. NaN is refused: a NaN score is a bug, not a result."""
+    with atomic_output(path, ".json") as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, default=_json_default, allow_nan=False) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def write_parquet(path: str | os.PathLike, frame: Any, metadata: dict[str, Any] | None = None) -> None:
+    """Write a polars DataFrame to parquet atomically; ``metadata`` (e.g. provenance) goes into the file footer."""
+    import pyarrow.parquet as pq
+
+    table = frame.to_arrow()
+    if metadata:
+        existing = table.schema.metadata or {}
+        extra = {b"wneurons": json.dumps(metadata, default=_json_default).encode()}
+        table = table.replace_schema_metadata({**existing, **extra})
+    with atomic_output(path, ".parquet") as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_parquet_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The provenance dict stored by :func:`write_parquet` (empty if none)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(b"wneurons")
+    return json.loads(raw) if raw else {}
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, streamed."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_files(paths: list[str | os.PathLike]) -> str:
+    """One digest over several files (sorted by name): the checksum of a data set made of many files."""
+    digest = hashlib.sha256()
+    for p in sorted(paths, key=lambda q: Path(q).name):
+        digest.update(Path(p).name.encode())
+        digest.update(sha256_file(p).encode())
+    return digest.hexdigest()
+
+
+def provenance(**fields: Any) -> dict[str, Any]:
+    """The provenance block every result records: the caller's fields plus package and library versions."""
+    import torch
+    import transformers
+
+    return {
+        **fields,
+        "wneurons_version": __version__,
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "python_version": platform.python_version(),
+    }

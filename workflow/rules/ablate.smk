@@ -1,0 +1,87 @@
+rule score_clean:
+    input:
+        model=model_dir,
+        data=score_data,
+    output:
+        "results/{model}/{revision}/clean/{benchmark}.json",
+    log:
+        "logs/score_clean/{model}/{revision}/{benchmark}.log",
+    benchmark:
+        "benchmarks/score_clean/{model}/{revision}/{benchmark}.tsv"
+    conda:
+        "../../environment.yml"
+    threads: 2
+    resources:
+        gpu=1,
+        mem_mb=mem_mb,
+        runtime=runtime,
+    params:
+        model=model_spec,
+        evaluation=evaluation_params,
+    script:
+        "../scripts/score.py"
+
+
+rule matched_search:
+    input:
+        model=model_dir,
+        data="resources/data/wikitext2",
+        neurons="results/{model}/{revision}/neurons.parquet",
+    output:
+        "results/{model}/{revision}/ablations/{scope}/matched/p{fraction}/search.json",
+    log:
+        "logs/matched_search/{model}/{revision}/{scope}/p{fraction}.log",
+    benchmark:
+        "benchmarks/matched_search/{model}/{revision}/{scope}/p{fraction}.tsv"
+    conda:
+        "../../environment.yml"
+    threads: 2
+    resources:
+        gpu=1,
+        mem_mb=mem_mb,
+        runtime=runtime,
+    params:
+        model=model_spec,
+        evaluation=evaluation_params,
+        search=search_spec,
+    script:
+        "../scripts/matched_search.py"
+
+
+rule score_ablation:
+    input:
+        unpack(ablation_inputs),
+    output:
+        "results/{model}/{revision}/ablations/{scope}/{selector}/p{fraction}/t{trial}/{benchmark}.json",
+    log:
+        "logs/score_ablation/{model}/{revision}/{scope}/{selector}/p{fraction}/t{trial}/{benchmark}.log",
+    benchmark:
+        "benchmarks/score_ablation/{model}/{revision}/{scope}/{selector}/p{fraction}/t{trial}/{benchmark}.tsv"
+    conda:
+        "../../environment.yml"
+    threads: 2
+    resources:
+        gpu=1,
+        mem_mb=mem_mb,
+        runtime=runtime,
+    params:
+        model=model_spec,
+        evaluation=evaluation_params,
+        condition=condition_spec,
+    script:
+        "../scripts/score.py"
+
+
+rule aggregate_scores:
+    input:
+        condition_results,
+    output:
+        "results/{model}/{revision}/{benchmark}.json",
+    log:
+        "logs/aggregate_scores/{model}/{revision}/{benchmark}.log",
+    benchmark:
+        "benchmarks/aggregate_scores/{model}/{revision}/{benchmark}.tsv"
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/aggregate_scores.py"

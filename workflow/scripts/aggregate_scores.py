@@ -1,0 +1,10 @@
+from wneurons.jobs import aggregate_job, logged_to
+
+with logged_to(snakemake.log[0]):
+    aggregate_job(
+        list(snakemake.input),
+        snakemake.output[0],
+        snakemake.wildcards.model,
+        snakemake.wildcards.revision,
+        snakemake.wildcards.benchmark,
+    )

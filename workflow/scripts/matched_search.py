@@ -1,0 +1,11 @@
+from wneurons.jobs import logged_to, matched_search_job
+
+with logged_to(snakemake.log[0], snakemake.threads):
+    matched_search_job(
+        snakemake.params.model,
+        snakemake.input.data,
+        snakemake.input.neurons,
+        snakemake.output[0],
+        snakemake.params.evaluation,
+        snakemake.params.search,
+    )

@@ -1,0 +1,14 @@
+from wneurons.jobs import logged_to, score_job
+
+condition = getattr(snakemake.params, "condition", None) or {"selector": "clean"}
+with logged_to(snakemake.log[0], snakemake.threads):
+    score_job(
+        snakemake.params.model,
+        snakemake.wildcards.benchmark,
+        snakemake.input.data,
+        snakemake.output[0],
+        snakemake.params.evaluation,
+        condition,
+        neurons_path=snakemake.input.get("neurons"),
+        search_path=snakemake.input.get("search"),
+    )
