@@ -138,9 +138,7 @@ def test_fetch_copies_from_local_dir_and_records_provenance(source, tmp_path):
     folder, checksums = source
     dest = tmp_path / "out" / "data"
     # A local mirror wins over the URL, which here does not even exist.
-    record = fetch_dataset(
-        dest, checksums, local_dir=str(folder), url=(tmp_path / "nowhere").as_uri() + "/{file}"
-    )
+    record = fetch_dataset(dest, checksums, local_dir=str(folder), url=(tmp_path / "nowhere").as_uri() + "/{file}")
     assert_fetched(dest, folder, checksums, record, f"local:{folder.resolve()}")
     assert leftovers(dest.parent) == []
 
@@ -157,9 +155,7 @@ def test_fetch_extracts_only_named_members_from_zip_archive(source, tmp_path):
     folder, checksums = source
     archive = make_zip(folder, sorted(checksums), tmp_path / "a.zip", extra={"top/wiki.train.raw": b"x"})
     url = archive.as_uri()
-    record = fetch_dataset(
-        tmp_path / "data", checksums, local_dir=None, url=url, archive_sha256=sha256_file(archive)
-    )
+    record = fetch_dataset(tmp_path / "data", checksums, local_dir=None, url=url, archive_sha256=sha256_file(archive))
     assert_fetched(tmp_path / "data", folder, checksums, record, f"url:{url}")
     # without a pinned archive digest the members are still verified one by one
     fetch_dataset(tmp_path / "data2", checksums, local_dir=None, url=url)
@@ -202,9 +198,7 @@ def test_archive_digest_mismatch_names_the_archive(source, tmp_path):
     folder, checksums = source
     archive = make_zip(folder, sorted(checksums), tmp_path / "a.zip")
     with pytest.raises(ChecksumError, match=re.escape(archive.as_uri())):
-        fetch_dataset(
-            tmp_path / "data", checksums, local_dir=None, url=archive.as_uri(), archive_sha256="1" * 64
-        )
+        fetch_dataset(tmp_path / "data", checksums, local_dir=None, url=archive.as_uri(), archive_sha256="1" * 64)
     assert not (tmp_path / "data").exists()
 
 
@@ -294,9 +288,7 @@ def write_jsonl(path: Path, lines: list[dict | str]) -> Path:
 
 def test_load_blimp_reads_github_and_hub_keys(tmp_path):
     write_jsonl(tmp_path / "wh_island.jsonl", [blimp_record("wh_island", i) for i in range(3)])
-    write_jsonl(
-        tmp_path / "adjunct_island.jsonl", [blimp_record("adjunct_island", i, "pair_id") for i in (5, 7)]
-    )
+    write_jsonl(tmp_path / "adjunct_island.jsonl", [blimp_record("adjunct_island", i, "pair_id") for i in (5, 7)])
     frame = load_blimp(tmp_path)
     assert frame.schema == pl.Schema(
         {
@@ -348,9 +340,7 @@ def test_load_blimp_real_data():
     assert per_paradigm.select(pl.col("n", "ids").unique()).rows() == [(1000, 1000)]
     assert per_paradigm.select(pl.col("lo", "hi").unique()).rows() == [(0, 999)]
     assert frame["linguistics_term"].n_unique() == 13
-    assert frame.filter(pl.col("paradigm") == "principle_A_case_2")["field"].unique().to_list() == [
-        "syntax/semantics"
-    ]
+    assert frame.filter(pl.col("paradigm") == "principle_A_case_2")["field"].unique().to_list() == ["syntax/semantics"]
     assert frame.null_count().sum_horizontal().item() == 0
 
 
@@ -516,12 +506,7 @@ def test_load_tse_real_counts_match_manifest():
     assert frame.filter(npi)["sentence_intrusive"].null_count() == 0
     assert frame.filter(~npi)["sentence_intrusive"].null_count() == frame.filter(~npi).height
     # idx numbers items within each condition from 0
-    assert (
-        frame.group_by("task", "condition")
-        .agg(ok=pl.col("idx") == pl.int_range(pl.len()))["ok"]
-        .explode()
-        .all()
-    )
+    assert frame.group_by("task", "condition").agg(ok=pl.col("idx") == pl.int_range(pl.len()))["ok"].explode().all()
 
 
 def test_load_tse_pickle_and_jsonl_identical_on_real_data():

@@ -217,15 +217,11 @@ def _choose_source(
         fill = partial(_copy_local, checksums=checksums, root=Path(local_dir))
         return f"local:{Path(local_dir).resolve()}", fill
     if not url:
-        raise FileNotFoundError(
-            f"no source for {dest}: local_dir {local_dir!r} is not a directory and url is {url!r}"
-        )
+        raise FileNotFoundError(f"no source for {dest}: local_dir {local_dir!r} is not a directory and url is {url!r}")
     if "{file}" in url:
         return f"url:{url}", partial(_download_each, checksums=checksums, template=url)
     if urllib.parse.urlparse(url).path.endswith(".zip"):
-        return f"url:{url}", partial(
-            _download_archive, checksums=checksums, url=url, archive_sha256=archive_sha256
-        )
+        return f"url:{url}", partial(_download_archive, checksums=checksums, url=url, archive_sha256=archive_sha256)
     raise ValueError(f"url must contain '{{file}}' or name a .zip archive: {url}")
 
 
@@ -237,7 +233,7 @@ def _write_verified(stream: IO[bytes], target: Path, expected: str | None, label
         while block := stream.read(_CHUNK):
             digest.update(block)
             out.write(block)
-    if False:
+    if expected is not None and digest.hexdigest() != expected:
         raise ChecksumError(label or target.name, expected, digest.hexdigest())
 
 
@@ -265,9 +261,7 @@ def _download_each(build: Path, *, checksums: dict[str, str], template: str) -> 
             _write_verified(response, build / name, expected)
 
 
-def _download_archive(
-    build: Path, *, checksums: dict[str, str], url: str, archive_sha256: str | None
-) -> None:
+def _download_archive(build: Path, *, checksums: dict[str, str], url: str, archive_sha256: str | None) -> None:
     # Inside the build folder so that a failure cleans it up too; removed before the folder goes live.
     archive = build / ".archive.zip"
     with _open_url(url, "archive") as response:
@@ -400,9 +394,7 @@ def _tse_items_from_pickle(path: Path) -> Iterator[tuple[str, int, str, str, str
     for condition, items in _read_tse_pickle(path).items():
         for idx, item in enumerate(items):
             if len(item) != arity:
-                raise ValueError(
-                    f"{path}: {condition}[{idx}] has {len(item)} sentences; {family} items have {arity}"
-                )
+                raise ValueError(f"{path}: {condition}[{idx}] has {len(item)} sentences; {family} items have {arity}")
             # NPI triples are (grammatical, intrusive, ungrammatical): compare first vs last as good vs bad.
             yield condition, idx, item[0], item[-1], item[1] if arity == 3 else None
 

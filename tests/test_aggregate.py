@@ -1,0 +1,58 @@
+"""Aggregation of per-condition results into blimp.json / tse.json / ppl.json."""
+
+import math
+
+import pytest
+
+from wneurons import io
+from wneurons.jobs import aggregate_job, mean_and_sem
+
+
+def result(selector, overall, *, trial=0, seed=0, scope="all", percent=1.0, terms=None):
+    scores = {"overall": overall, "by_term": terms or {"binding": overall / 2}}
+    cond = {"selector": selector}
+    if selector != "clean":
+        cond |= {"scope": scope, "percent": percent, "trial": trial, "seed": seed, "neurons": {"0": [1, 2]}}
+    return {"benchmark": "blimp", "condition": cond, "scores": scores, "provenance": {"model": "m"}}
+
+
+def test_mean_and_sem_match_the_formula():
+    trials = [{"a": 1.0, "b": {"c": 2.0}}, {"a": 3.0, "b": {"c": 2.0}}, {"a": 8.0, "b": {"c": 5.0}}]
+    mean, sem = mean_and_sem(trials)
+    assert mean["a"] == pytest.approx(4.0)
+    sd = math.sqrt(((1 - 4) ** 2 + (3 - 4) ** 2 + (8 - 4) ** 2) / 2)
+    assert sem["a"] == pytest.approx(sd / math.sqrt(3))
+    assert mean["b"]["c"] == pytest.approx(3.0)
+
+
+def test_aggregate_groups_conditions_and_keeps_trials(tmp_path):
+    inputs = [
+        result("clean", 0.8),
+        result("wasserstein", 0.6),
+        result("random", 0.78, trial=0, seed=0),
+        result("random", 0.76, trial=1, seed=1),
+        result("wasserstein", 0.7, scope="g1"),
+    ]
+    paths = []
+    for i, r in enumerate(inputs):
+        p = tmp_path / f"r{i}.json"
+        io.write_json(p, r)
+        paths.append(str(p))
+    out = aggregate_job(paths, str(tmp_path / "blimp.json"), "m", "main", "blimp")
+    assert out["clean"]["overall"] == 0.8
+    assert set(out["conditions"]) == {"all/wasserstein/p1", "all/random/p1", "g1/wasserstein/p1"}
+    rnd = out["conditions"]["all/random/p1"]
+    assert rnd["n_trials"] == 2 and rnd["seeds"] == [0, 1]
+    assert rnd["scores"]["overall"] == pytest.approx(0.77)
+    assert rnd["sem"]["overall"] == pytest.approx(0.01)
+    assert [t["overall"] for t in rnd["trials"]] == [0.78, 0.76]
+    assert out["conditions"]["all/wasserstein/p1"]["scores"]["overall"] == 0.6
+    assert io.read_json(tmp_path / "blimp.json") == out
+
+
+def test_aggregate_needs_exactly_one_clean(tmp_path):
+    p = tmp_path / "r.json"
+    io.write_json(p, result("wasserstein", 0.5))
+    with pytest.raises(ValueError, match="exactly one clean"):
+        aggregate_job([str(p)], str(tmp_path / "out.json"), "m", "main", "blimp")
+    assert not (tmp_path / "out.json").exists()

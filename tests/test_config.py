@@ -1,0 +1,111 @@
+"""Config validation: defaults filled, and every malformed config stopped with one line naming the key."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wneurons.config import ConfigError, load_yaml_strict, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
+
+
+def demo_config() -> dict:
+    return yaml.safe_load((ROOT / "config/demo.yaml").read_text())
+
+
+def full_config() -> dict:
+    return yaml.safe_load((ROOT / "config/config.yaml").read_text())
+
+
+def with_local_data(cfg: dict, tmp_path: Path) -> dict:
+    """Point data dirs at empty local folders so the check does not depend on ../shared."""
+    for name in cfg["data"]:
+        d = tmp_path / name
+        d.mkdir(exist_ok=True)
+        cfg["data"][name]["local_dir"] = str(d)
+    return cfg
+
+
+@pytest.mark.parametrize("name", ["demo", "full"])
+def test_shipped_configs_validate_and_get_defaults(name, tmp_path):
+    cfg = with_local_data(demo_config() if name == "demo" else full_config(), tmp_path)
+    out = validate_config(cfg, SCHEMA, ROOT)
+    model = next(iter(out["models"].values()))
+    assert "final_revision" in model and "ablate" in model
+    assert out["ablation"]["layer_groups"]["size"] >= 1
+    assert out["evaluation"]["convention"] in ("authors", "harness")
+
+
+def _set(cfg, path, value):
+    node = cfg
+    for key in path[:-1]:
+        node = node[key]
+    if value is _DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+
+
+_DELETE = object()
+M = ("models", "smollm2-135m")
+
+BAD = [
+    # (path, value, text the one-line error must contain)
+    ((*M, "num_layers"), "thirty", "num_layers"),
+    ((*M, "num_layers"), 0, "num_layers"),
+    ((*M, "family"), "bert", "family"),
+    ((*M, "params_b"), -1, "params_b"),
+    ((*M, "hub_id"), "org/model", "exactly one of hub_id"),
+    ((*M, "gguf_wheel"), _DELETE, "exactly one of hub_id"),
+    ((*M, "checkpoints"), ["step1", "step1"], "checkpoints"),
+    ((*M, "checkpoints"), ["main"], "repeats final_revision"),
+    ((*M, "colour"), "blue", "unknown key"),
+    (("models",), {}, "models"),
+    (("ablation", "fractions"), [150], "fractions"),
+    (("ablation", "fractions"), [0], "fractions"),
+    (("ablation", "fractions"), [], "fractions"),
+    (("ablation", "random_trials"), 0, "random_trials"),
+    (("ablation", "mode"), "sideways", "mode"),
+    (("evaluation", "convention"), "mine", "convention"),
+    (("evaluation", "batch_size"), 2.5, "batch_size"),
+    (("neurons", "wd_method"), "approx", "wd_method"),
+    (("neurons", "md_pairs"), 5000, "md_pairs"),
+    (("data", "blimp", "checksums"), "resources/checksums/missing.sha256", "data.blimp.checksums"),
+    (("data", "tse", "format"), "csv", "format"),
+    (("data", "wikitext2", "archive_sha256"), "abc", "archive_sha256"),
+    (("figures", "figure1", "model"), "gpt-9", "figures.figure1.model"),
+    (("figures", "figure1", "layer"), 99, "figures.figure1.layer"),
+    (("models", "Bad Name"), {"family": "llama", "hub_id": "a/b", "num_layers": 2, "params_b": 1}, "models"),
+    (("threads",), 4, "unknown key"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), BAD, ids=[".".join(map(str, b[0])) for b in BAD])
+def test_malformed_config_gives_one_line_naming_the_key(path, value, expected, tmp_path):
+    cfg = with_local_data(demo_config(), tmp_path)
+    _set(cfg, path, value if value is _DELETE else copy.deepcopy(value))
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg, SCHEMA, ROOT)
+    message = str(err.value)
+    assert "\n" not in message
+    assert expected in message
+
+
+def test_missing_data_without_url_is_an_error(tmp_path):
+    cfg = with_local_data(demo_config(), tmp_path)
+    cfg["data"]["blimp"]["local_dir"] = str(tmp_path / "nowhere")
+    cfg["data"]["blimp"]["url"] = None
+    with pytest.raises(ConfigError, match=r"data\.blimp: local_dir .* does not exist"):
+        validate_config(cfg, SCHEMA, ROOT)
+
+
+def test_duplicate_model_names_are_refused(tmp_path):
+    text = (ROOT / "config/demo.yaml").read_text()
+    block = text[text.index("  smollm2-135m:") : text.index("\ndata:")]
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(text.replace(block, block + "\n" + block, 1))
+    with pytest.raises(ConfigError, match=r"duplicate key 'smollm2-135m' at .*dup.yaml:\d+"):
+        load_yaml_strict(dup)
