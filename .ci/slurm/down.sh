@@ -3,12 +3,11 @@
 # the pids in $SLURM_CI_DIR/run (TERM, then KILL after a grace period). Safe to call when nothing runs.
 set -uo pipefail
 
-BASE=${SLURM_CI_DIR:-/tmp/wneurons-slurm}
-PARTITION=${SLURM_CI_PARTITION:-ci}
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 GRACE=${SLURM_CI_GRACE:-15}   # seconds a daemon gets to exit after TERM
 
 log() { echo "down.sh: $*" >&2; }
-alive() { [ -f "$BASE/run/$1.pid" ] && kill -0 "$(cat "$BASE/run/$1.pid")" 2>/dev/null; }
 
 # Jobs first: their slurmstepd processes outlive slurmd, so cancel them while the controller still answers.
 if alive slurmctld; then
@@ -19,15 +18,15 @@ if alive slurmctld; then
   done
 fi
 
-for d in slurmd slurmctld munged; do   # reverse start order
+for d in $(echo "$DAEMONS" | tr ' ' '\n' | tac); do   # reverse start order
   f="$BASE/run/$d.pid"
   [ -f "$f" ] || continue
   pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
+  if pid_alive "$pid"; then
     kill "$pid"
     # slurmd ignores TERM while it cannot reach slurmctld, hence the KILL fallback.
-    for _ in $(seq 1 $((GRACE * 2))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    if kill -0 "$pid" 2>/dev/null; then
+    for _ in $(seq 1 $((GRACE * 2))); do pid_alive "$pid" || break; sleep 0.5; done
+    if pid_alive "$pid"; then
       log "$d ($pid) ignored TERM for ${GRACE}s, sending KILL"
       kill -9 "$pid"
     fi

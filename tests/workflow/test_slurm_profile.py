@@ -1,0 +1,108 @@
+"""The SLURM profiles parse as Snakemake 9 options and carry the settings the workflow relies on.
+
+No cluster needed: profiles are parsed with Snakemake's own argument parser, which rejects unknown keys.
+The end-to-end check (a real localhost cluster) is `.ci/slurm/up.sh` + a run with both profiles.
+"""
+
+import re
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.cli import get_argument_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ROOT / "profiles" / "slurm"
+CI = ROOT / "profiles" / "slurm-ci"
+CI_SLURM = ROOT / ".ci" / "slurm"
+
+
+def parse_profiles(*profiles: Path) -> Namespace:
+    """Return Snakemake's parsed options for `--profile p1 --profile p2 ...` (later profiles win)."""
+    return get_argument_parser(profiles=[str(p) for p in profiles]).parse_args([])
+
+
+def raw_profile(profile: Path) -> dict:
+    """Return the profile's YAML mapping as written (keys with dashes, values unevaluated)."""
+    return yaml.safe_load((profile / "config.yaml").read_text())
+
+
+def ci_script_setting(script: str, pattern: str) -> str:
+    """Return the first group of `pattern` in .ci/slurm/`script`, failing the test if it is absent."""
+    path = CI_SLURM / script
+    m = re.search(pattern, path.read_text(), flags=re.MULTILINE)
+    assert m, f"{path}: no match for {pattern!r}"
+    return m.group(1)
+
+
+def evaluate_default(args: Namespace, name: str, attempt: int) -> int:
+    """Return default resource `name` as Snakemake evaluates it for a rule without inputs at `attempt`."""
+    resource = args.default_resources[name]
+    kwargs = dict(wildcards={}, input=[], attempt=attempt, threads=1, rulename="r", async_run=None)
+    return resource.evaluate(**kwargs).value
+
+
+@pytest.fixture(scope="module")
+def base_args() -> Namespace:
+    return parse_profiles(BASE)
+
+
+@pytest.fixture(scope="module")
+def ci_args() -> Namespace:
+    return parse_profiles(BASE, CI)
+
+
+def test_unknown_profile_key_is_rejected(tmp_path):
+    # Guards the tests below: parsing must fail on a key that is no Snakemake option.
+    (tmp_path / "config.yaml").write_text("executor: slurm\nslurm-no-such-option: 1\n")
+    with pytest.raises(SystemExit):
+        parse_profiles(tmp_path)
+
+
+def test_base_profile_settings(base_args):
+    assert base_args.executor == "slurm"
+    assert base_args.jobs > 0
+    assert base_args.retries == 2
+    assert base_args.rerun_incomplete and base_args.keep_going and base_args.printshellcmds
+    assert base_args.latency_wait > 0
+    assert base_args.slurm_init_seconds_before_status_checks > 0
+    assert {"mem_mb", "runtime"} <= set(base_args.default_resources)
+    # The plugin turns `threads` into --cpus-per-task unless cpus_per_task is set, which would then
+    # override every rule's threads.
+    assert "cpus_per_task" not in base_args.default_resources
+
+
+@pytest.mark.parametrize("name", ["mem_mb", "runtime"])
+def test_default_resources_grow_with_attempt(base_args, name):
+    values = [evaluate_default(base_args, name, attempt) for attempt in (1, 2, 3)]
+    assert all(isinstance(v, int) and v > 0 for v in values), values
+    assert values == sorted(set(values)), f"{name} must grow on every retry, got {values}"
+
+
+def test_ci_overlay_changes_only_cluster_facts(base_args, ci_args):
+    assert ci_args.executor == base_args.executor
+    assert ci_args.retries == base_args.retries
+    base, ci = raw_profile(BASE), raw_profile(CI)
+    # `default-resources` is replaced wholesale by the overlay, so its restated defaults must not drift.
+    ci_defaults = dict(ci["default-resources"])
+    ci_defaults.pop("slurm_partition")
+    assert ci_defaults == base["default-resources"]
+
+
+def test_ci_overlay_matches_ci_cluster(ci_args):
+    partition = ci_script_setting("lib.sh", r"^PARTITION=\$\{SLURM_CI_PARTITION:-(\w+)\}")
+    assert evaluate_default(ci_args, "slurm_partition", 1) == partition
+    # No slurmdbd on the CI cluster: sacct would hang Snakemake, squeue works while finished jobs stay
+    # visible, i.e. MinJobAge >= 3 x init seconds (below that the plugin falls back to sacct).
+    assert ci_args.slurm_status_command == "squeue"
+    min_job_age = int(ci_script_setting("up.sh", r"^MinJobAge=(\d+)"))
+    assert 3 * ci_args.slurm_init_seconds_before_status_checks <= min_job_age
+
+
+@pytest.mark.parametrize("profile", [BASE, CI], ids=["slurm", "slurm-ci"])
+def test_every_top_level_key_is_commented(profile):
+    lines = (profile / "config.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"[\w-]+:", line):
+            assert i > 0 and lines[i - 1].startswith("#"), f"{profile.name}/config.yaml:{i + 1} {line!r}"
