@@ -20,6 +20,7 @@ __all__ = [
     "FAMILIES",
     "FamilySpec",
     "UnsupportedFamilyError",
+    "activation_modules",
     "family_spec",
     "neuron_count",
     "nonlinearity",
