@@ -366,3 +366,39 @@ def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: 
     }
     io.write_json(out_path, out)
     return out
+
+
+# ---------------------------------------------------------------- figures
+def figure1_job(inputs: dict, out_path: str, params: dict) -> None:
+    """Figure 1 from the shards and neuron tables of the figure model (index 0) and its ReLU contrast (index 1)."""
+    from wneurons.figures import figure1
+    from wneurons.registry import family_spec
+
+    def member(i: int) -> tuple:
+        nonlinearity = family_spec(params["families"][i]).nonlinearity
+        return inputs[f"shards{i}"], pl.read_parquet(inputs[f"neurons{i}"]), nonlinearity, params["models"][i]
+
+    shards, stats, nonlinearity, label = member(0)
+    contrast = None
+    if len(params["models"]) > 1:
+        c_shards, c_stats, c_nonlinearity, c_label = member(1)
+        contrast = (c_shards, c_stats, params["layer"], c_nonlinearity, c_label)
+    figure1(
+        shards,
+        stats,
+        layer=params["layer"],
+        neuron=params["neuron"],
+        nonlinearity=nonlinearity,
+        out_path=out_path,
+        contrast=contrast,
+        label=label,
+    )
+
+
+def figure2a_job(neuron_tables: list[str], models: list[str], out_path: str, layer: int) -> None:
+    """Figure 2a: WD distribution of one layer for every model (final revisions)."""
+    from wneurons.figures import figure2a
+
+    figure2a(
+        {m: pl.read_parquet(p) for m, p in zip(models, neuron_tables, strict=True)}, layer=layer, out_path=out_path
+    )

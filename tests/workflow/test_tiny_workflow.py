@@ -29,7 +29,13 @@ def test_all_results_written_with_provenance(tiny_run):
         for key in ("data_sha256", "convention", "wneurons_version", "revision"):
             assert prov[key] is not None
         keys = set(result["conditions"])
-        assert {"all/wasserstein/p5", "all/random/p5", "all/matched/p5", "g1/wasserstein/p5", "c2/wasserstein/p5"} <= keys
+        assert {
+            "all/wasserstein/p5",
+            "all/random/p5",
+            "all/matched/p5",
+            "g1/wasserstein/p5",
+            "c2/wasserstein/p5",
+        } <= keys
         rnd = result["conditions"]["all/random/p5"]
         assert rnd["n_trials"] == 2 and len(rnd["trials"]) == 2 and rnd["seeds"] == [0, 1]
         assert "matched_percent" in result["conditions"]["all/matched/p5"]

@@ -53,8 +53,15 @@ def _blimp(data_dir: Path) -> None:
 
 def _tse(data_dir: Path) -> None:
     data_dir.mkdir(parents=True)
-    agreement = {"sing": [(f"the {n} {v}", f"the {n} {p}") for n, v, p in zip(NOUNS, VERBS, PLURAL_VERBS, strict=False)]}
-    npi = {"past": [(f"no {n} has ever {v}", f"the {n} that no guard likes has ever {v}", f"most {n} has ever {v}") for n, v in zip(NOUNS, VERBS, strict=False)]}
+    agreement = {
+        "sing": [(f"the {n} {v}", f"the {n} {p}") for n, v, p in zip(NOUNS, VERBS, PLURAL_VERBS, strict=False)]
+    }
+    npi = {
+        "past": [
+            (f"no {n} has ever {v}", f"the {n} that no guard likes has ever {v}", f"most {n} has ever {v}")
+            for n, v in zip(NOUNS, VERBS, strict=False)
+        ]
+    }
     (data_dir / "simple_agrmt.pickle").write_bytes(pickle.dumps(agreement, protocol=2))
     (data_dir / "simple_npi_anim.pickle").write_bytes(pickle.dumps(npi, protocol=2))
 

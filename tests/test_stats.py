@@ -1,0 +1,240 @@
+"""The science functions of wneurons.stats: exact WD against independent integration, properties, MD."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+from scipy import integrate, special
+
+from wneurons import stats
+
+
+def _standardize(y: np.ndarray) -> np.ndarray:
+    return (y - y.mean(axis=0)) / y.std(axis=0)
+
+
+def _w1_by_quadrature(sample: np.ndarray) -> float:
+    """W1(standardized empirical distribution of ``sample``, N(0,1)) = ∫_0^1 |Q(u) - Φ⁻¹(u)| du, by scipy.quad.
+
+    Integrates each quantile interval of the step function Q separately, with the crossing point as a breakpoint:
+    independent of the closed form in stats.
+    """
+    z = np.sort((sample - sample.mean()) / sample.std())
+    n = z.size
+    total = 0.0
+    for i, zi in enumerate(z):
+        a, b = i / n, (i + 1) / n
+        cross = special.ndtr(zi)
+        points = [cross] if a < cross < b else None
+        total += integrate.quad(
+            lambda u, zi=zi: abs(zi - special.ndtri(u)), a, b, points=points, limit=500, epsabs=1e-13, epsrel=1e-13
+        )[0]
+    return total
+
+
+def _mixed_columns(n: int, seed: int) -> np.ndarray:
+    """Columns of different shapes: Gaussian, skewed, heavy-tailed, bimodal, mostly-negative (like a gate)."""
+    rng = np.random.default_rng(seed)
+    return np.stack(
+        [
+            rng.standard_normal(n),
+            rng.standard_exponential(n),
+            rng.standard_t(3, n),
+            np.where(rng.random(n) < 0.3, -3.0, 1.0) + 0.3 * rng.standard_normal(n),
+            -rng.gamma(2.0, 1.0, n) + 0.5,
+        ],
+        axis=1,
+    )
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 40])
+def test_exact_wd_equals_quadrature_small_samples(n):
+    y = _mixed_columns(n, seed=n)
+    wd = stats.wasserstein_distance_to_normal(y).numpy()
+    expected = [_w1_by_quadrature(y[:, k]) for k in range(y.shape[1])]
+    np.testing.assert_allclose(wd, expected, rtol=0, atol=1e-9)
+
+
+def test_two_point_distribution_matches_analytic_integral():
+    # Half -1, half +1 is already standardized, and its empirical distribution IS the two-point law, so the exact
+    # W1 must equal 2 ∫_0^{1/2} |-1 - Φ⁻¹(u)| du for every even N.
+    analytic = (
+        2
+        * integrate.quad(
+            lambda u: abs(-1.0 - special.ndtri(u)), 0, 0.5, points=[special.ndtr(-1.0)], epsabs=1e-14, epsrel=1e-14
+        )[0]
+    )
+    for n in (2, 10, 1000):
+        y = np.repeat([-1.0, 1.0], n // 2)[:, None]
+        assert stats.wasserstein_distance_to_normal(y).item() == pytest.approx(analytic, abs=1e-11)
+
+
+def test_standardized_uniform_converges_to_analytic_w1():
+    # Continuous U(-√3, √3) has quantile √3 (2u - 1); its W1 to N(0,1) by quadrature (with the crossing points).
+    crossings = [scipy.optimize.brentq(lambda u: np.sqrt(3) * (2 * u - 1) - special.ndtri(u), lo, hi) for lo, hi in
+                 [(1e-6, 0.4), (0.6, 1 - 1e-6)]]  # fmt: skip
+    analytic = integrate.quad(
+        lambda u: abs(np.sqrt(3) * (2 * u - 1) - special.ndtri(u)), 0, 1, points=[*crossings, 0.5], limit=200
+    )[0]
+    n = 200_000
+    # Midpoint quantiles: the empirical law differs from the continuous one by O(1/N) in W1.
+    y = ((np.arange(n) + 0.5) / n)[:, None]
+    assert stats.wasserstein_distance_to_normal(y).item() == pytest.approx(analytic, abs=1e-4)
+
+
+def test_gaussian_sample_wd_small_and_shrinking_with_n():
+    rng = np.random.default_rng(0)
+    wd_small = stats.wasserstein_distance_to_normal(rng.standard_normal((1_000, 20))).mean().item()
+    wd_large = stats.wasserstein_distance_to_normal(rng.standard_normal((100_000, 20))).mean().item()
+    assert wd_large < 0.01
+    assert wd_large < wd_small / 4  # roughly N^-1/2: a factor 10 expected
+
+
+def test_exact_agrees_with_large_sample_scipy():
+    y = _mixed_columns(5_000, seed=1)
+    exact = stats.wasserstein_distance_to_normal(y).numpy()
+    g = np.random.default_rng(2).standard_normal(2_000_000)
+    z = _standardize(y)
+    reference = [scipy.stats.wasserstein_distance(z[:, k], g) for k in range(y.shape[1])]
+    np.testing.assert_allclose(exact, reference, atol=2e-3)
+
+
+def test_affine_invariance_and_sign_flip_swaps_split():
+    y = _mixed_columns(3_000, seed=3) - 0.2  # every column has both signs
+    wd = stats.wasserstein_distance_to_normal(y)
+    neg, pos, frac = stats.sign_split(y)
+    assert ((frac > 0) & (frac < 1)).all()
+    scaled = 3.7 * y + 0.0
+    torch.testing.assert_close(stats.wasserstein_distance_to_normal(scaled), wd, rtol=0, atol=1e-12)
+    torch.testing.assert_close(stats.sign_split(scaled)[0], neg, rtol=0, atol=1e-12)
+    # A shift leaves WD unchanged (but moves the sign boundary, so the split may change).
+    torch.testing.assert_close(stats.wasserstein_distance_to_normal(2.5 * y - 11.0), wd, rtol=0, atol=1e-10)
+    # a < 0 mirrors the distribution; N(0,1) is symmetric, so WD is unchanged and the regions swap.
+    flipped = -y
+    torch.testing.assert_close(stats.wasserstein_distance_to_normal(flipped), wd, rtol=0, atol=1e-12)
+    neg_f, pos_f, frac_f = stats.sign_split(flipped)
+    torch.testing.assert_close(neg_f, pos, rtol=0, atol=1e-12)
+    torch.testing.assert_close(pos_f, neg, rtol=0, atol=1e-12)
+    torch.testing.assert_close(frac_f, 1 - frac, rtol=0, atol=1e-12)
+
+
+def test_split_sums_to_wd_and_matches_masked_quadrature():
+    y = _mixed_columns(30, seed=4) - 0.1
+    y[:, 0] = np.abs(y[:, 0])  # a column with no negative token
+    y[:, 1] = -np.abs(y[:, 1]) - 0.01  # and one with only negative tokens
+    wd = stats.wasserstein_distance_to_normal(y)
+    neg, pos, frac = stats.sign_split(y)
+    torch.testing.assert_close(neg + pos, wd, rtol=0, atol=1e-12)
+    assert neg[0] == 0 and pos[1] == 0
+    np.testing.assert_allclose(frac.numpy(), (y < 0).mean(axis=0))
+    # The negative part by quadrature: the same integral over the intervals of the negative order statistics.
+    k = 3
+    order = np.sort(y[:, k])
+    z = (order - y[:, k].mean()) / y[:, k].std()
+    n = z.size
+    expected = sum(
+        integrate.quad(lambda u, zi=zi: abs(zi - special.ndtri(u)), i / n, (i + 1) / n, limit=200)[0]
+        for i, zi in enumerate(z)
+        if order[i] < 0
+    )
+    assert neg[k].item() == pytest.approx(expected, abs=1e-8)
+
+
+def test_float16_and_float64_inputs_agree():
+    y = _mixed_columns(4_000, seed=5).astype(np.float16)
+    torch.testing.assert_close(
+        stats.wasserstein_distance_to_normal(y),
+        stats.wasserstein_distance_to_normal(y.astype(np.float64)),
+        rtol=0,
+        atol=1e-12,
+    )
+
+
+def test_chunking_does_not_change_results():
+    y = _mixed_columns(500, seed=6)
+    y = np.concatenate([y] * 7, axis=1)
+    full = stats.wasserstein_distance_to_normal(y, chunk_neurons=1000)
+    torch.testing.assert_close(stats.wasserstein_distance_to_normal(y, chunk_neurons=3), full, rtol=0, atol=0)
+
+
+def test_constant_neuron_is_an_error_unless_allowed():
+    y = _mixed_columns(100, seed=7)
+    y[:, 2] = 0.5
+    with pytest.raises(ValueError, match=r"neuron\(s\) \[2\]"):
+        stats.wasserstein_distance_to_normal(y)
+    wd = stats.wasserstein_distance_to_normal(y, allow_constant=True)
+    assert torch.isnan(wd[2]) and torch.isfinite(wd[[0, 1, 3, 4]]).all()
+
+
+def test_bad_input_shapes_are_named():
+    with pytest.raises(ValueError, match="2-D"):
+        stats.wasserstein_distance_to_normal(np.zeros(10))
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        stats.wasserstein_distance_to_normal(np.zeros((1, 3)))
+
+
+def test_sampled_equals_scipy_loop():
+    y = _mixed_columns(2_000, seed=8)
+    seed = 11
+    sampled = stats.wasserstein_distance_sampled(y, seed=seed).numpy()
+    g = np.random.default_rng(seed).standard_normal(y.shape[0])
+    z = _standardize(y)
+    loop = [scipy.stats.wasserstein_distance(z[:, k], g) for k in range(y.shape[1])]
+    np.testing.assert_allclose(sampled, loop, rtol=0, atol=1e-10)
+    # Same seed, same estimate; another seed, another sample (the authors' noise).
+    np.testing.assert_array_equal(stats.wasserstein_distance_sampled(y, seed=seed).numpy(), sampled)
+    assert not np.allclose(stats.wasserstein_distance_sampled(y, seed=seed + 1).numpy(), sampled, atol=1e-6)
+
+
+def test_moments_match_scipy():
+    y = _mixed_columns(3_000, seed=9)
+    m = stats.moments(y)
+    np.testing.assert_allclose(m.mean.numpy(), y.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(m.std.numpy(), y.std(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(m.skewness.numpy(), scipy.stats.skew(y, axis=0), rtol=1e-9)
+    np.testing.assert_allclose(m.kurtosis.numpy(), scipy.stats.kurtosis(y, axis=0), rtol=1e-9)
+
+
+def _md_reference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """MD by the definition, pair by pair (the authors' loop), for comparison."""
+    pairs = [(i, i + 1) for i in range(0, len(x), 2)]
+    d_x = np.array([np.linalg.norm(x[i] - x[j]) for i, j in pairs])
+    out = []
+    for k in range(y.shape[1]):
+        d_y = np.array([abs(y[i, k] - y[j, k]) for i, j in pairs])
+        out.append(np.mean((d_y / np.median(d_y)) / (d_x / d_x.max())))
+    return np.array(out)
+
+
+def test_mapping_difficulty_matches_pairwise_definition():
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((200, 16))
+    w = rng.standard_normal((16, 5))
+    y = np.tanh(x @ w) * 3 - 1
+    np.testing.assert_allclose(stats.mapping_difficulty(x, y).numpy(), _md_reference(x, y), rtol=1e-12)
+
+
+def test_mapping_difficulty_of_a_linear_1d_neuron_is_max_over_median():
+    # y = w x in one dimension: d_y = |w| d_x, so every ratio is max(d_x) / median(d_x)... divided by d_x / d_x:
+    # MD = mean(|w| d_x / median(|w| d_x) * max(d_x) / d_x) = max(d_x) / median(d_x) for any w != 0.
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((100, 1))
+    y = x @ np.array([[2.0, -0.3, 50.0]])
+    d_x = np.abs(x[0::2, 0] - x[1::2, 0])
+    np.testing.assert_allclose(stats.mapping_difficulty(x, y).numpy(), d_x.max() / np.median(d_x), rtol=1e-12)
+
+
+def test_mapping_difficulty_scale_invariance_and_identical_pairs():
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((60, 8))
+    y = rng.standard_normal((60, 4))
+    md = stats.mapping_difficulty(x, y)
+    torch.testing.assert_close(stats.mapping_difficulty(5 * x + 1, 0.1 * y - 7), md, rtol=1e-10, atol=0)
+    # A pair of identical inputs (same token, same context) has ratio 0/0 and is left out.
+    x2, y2 = x.copy(), y.copy()
+    x2[1], y2[1] = x2[0], y2[0]
+    torch.testing.assert_close(stats.mapping_difficulty(x2, y2), stats.mapping_difficulty(x[2:], y[2:]))
+    with pytest.raises(ValueError, match="even number"):
+        stats.mapping_difficulty(x[:5], y[:5])
