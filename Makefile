@@ -30,14 +30,14 @@ test: install
 	$(BIN)/pytest -q
 
 lint: install
-	$(BIN)/ruff check src tests workflow/scripts benchmarks
-	$(BIN)/ruff format --check src tests workflow/scripts benchmarks
+	$(BIN)/ruff check src tests workflow/scripts perf
+	$(BIN)/ruff format --check src tests workflow/scripts perf
 	$(BIN)/snakefmt --check .
 	$(SNAKEMAKE) --lint $(DEMO)
 
 format: install
-	$(BIN)/ruff check --fix src tests workflow/scripts benchmarks
-	$(BIN)/ruff format src tests workflow/scripts benchmarks
+	$(BIN)/ruff check --fix src tests workflow/scripts perf
+	$(BIN)/ruff format src tests workflow/scripts perf
 	$(BIN)/snakefmt .
 
 dryrun: install

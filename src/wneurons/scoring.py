@@ -166,7 +166,7 @@ def _batched_logprob_sums(
             valid = torch.from_numpy(np.arange(1, ids.shape[1])[None, :] < lengths[:, None]).to(device)
             logits = model(input_ids=inputs, attention_mask=valid.long(), use_cache=False).logits
             token_lp = _target_logprobs(logits, targets)
-            sums[rows] = (token_lp.double() * valid).sum(dim=1).cpu().numpy()
+            sums[rows] = token_lp.double().masked_fill(~valid, 0.0).sum(dim=1).cpu().numpy()
             tracker.advance(len(rows))
     return sums
 

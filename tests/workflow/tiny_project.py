@@ -145,9 +145,10 @@ def make_tiny_project(root: Path) -> Path:
     return config_path
 
 
-def snakemake(root: Path, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the repository's Snakefile in ``root`` with its config.yaml (replacing the paper grid)."""
-    cmd = [
+def snakemake_command(root: Path, *args: str) -> list[str]:
+    """The command line that runs the repository's Snakefile in ``root`` with its config.yaml (replacing the
+    paper grid), followed by ``args``."""
+    return [
         *SNAKEMAKE,
         "-s",
         str(REPO / "Snakefile"),
@@ -158,6 +159,11 @@ def snakemake(root: Path, *args: str, timeout: float = 900, check: bool = True) 
         "--replace-workflow-config",
         *args,
     ]
+
+
+def snakemake(root: Path, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+    """Run :func:`snakemake_command` to completion; output captured, failure raised unless ``check`` is False."""
+    cmd = snakemake_command(root, *args)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")

@@ -1,0 +1,300 @@
+"""Stream the pre-activations of every layer into per-layer shards on disk, once per model and text.
+
+A shard directory holds, for each layer L (0-based):
+
+- ``layer{L:03d}.y.npy``: the projection OUTPUTS y (the pre-activations) of all N tokens, stored
+  **neuron-major**, shape [K, N] (row k = neuron k over the tokens), so that the statistics pass reads each
+  neuron's N values contiguously; :meth:`ShardIndex.y` gives the [N, K] view without a copy.
+- ``layer{L:03d}.x.npy``: the projection INPUTS x for ``md_tokens`` token positions drawn once without
+  replacement (float32, [md_tokens, d_in], rows in drawing order), so that mapping difficulty can be recomputed
+  for any pair count <= md_tokens / 2 without running the model again.
+- ``index.json``: N, K and d_in per layer, window, token counts, the MD token positions, seed, dtype, model name,
+  the text's sha256 and provenance.
+
+The directory appears only when complete: everything is written into a hidden temporary sibling that is
+renamed at the end, so a killed job leaves nothing that looks finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from wneurons import registry
+from wneurons.io import provenance, read_json, write_json
+
+# The directory-level counterpart of io.atomic_output; shared with models.convert_gguf_wheel.
+from wneurons.models import _atomic_directory
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SHARD_DTYPES", "ShardIndex", "collect_activation_shards", "load_layer"]
+
+SHARD_DTYPES: dict[str, tuple[np.dtype, torch.dtype]] = {
+    "float16": (np.dtype(np.float16), torch.float16),
+    "float32": (np.dtype(np.float32), torch.float32),
+}
+INDEX_FILE = "index.json"
+FORMAT_VERSION = 1
+
+
+def _y_file(layer: int) -> str:
+    return f"layer{layer:03d}.y.npy"
+
+
+def _x_file(layer: int) -> str:
+    return f"layer{layer:03d}.x.npy"
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """A complete shard directory, read back through its ``index.json``; arrays come as read-only memmaps."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    @classmethod
+    def load(cls, shard_dir: str | os.PathLike) -> ShardIndex:
+        path = Path(shard_dir)
+        index_path = path / INDEX_FILE
+        if not index_path.is_file():
+            raise FileNotFoundError(f"{path} is not an activation shard directory (no {INDEX_FILE})")
+        meta = read_json(index_path)
+        if meta.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{index_path}: shard format {meta.get('format')!r}, this package reads {FORMAT_VERSION}")
+        return cls(path, meta)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.meta["layers"])
+
+    @property
+    def n_tokens(self) -> int:
+        """N: tokens per neuron (whole windows)."""
+        return int(self.meta["n_tokens"])
+
+    @property
+    def md_positions(self) -> np.ndarray:
+        """Token positions (0..N-1, drawing order) whose inputs are stored; MD pairs are consecutive entries."""
+        return np.asarray(self.meta["md_positions"], dtype=np.int64)
+
+    def _check_layer(self, layer: int) -> dict[str, Any]:
+        if not 0 <= layer < self.n_layers:
+            raise IndexError(f"{self.path}: layer {layer} out of range (model has {self.n_layers} layers)")
+        return self.meta["layers"][layer]
+
+    def _open(self, name: str, shape: tuple[int, ...]) -> np.memmap:
+        arr = np.load(self.path / name, mmap_mode="r")
+        if arr.shape != shape:
+            raise ValueError(f"{self.path / name}: shape {arr.shape}, index.json says {shape}")
+        return arr
+
+    def y_neuron_major(self, layer: int) -> np.memmap:
+        """Pre-activations of ``layer`` as stored: [K, N] in the shard dtype (raw units)."""
+        entry = self._check_layer(layer)
+        return self._open(_y_file(layer), (entry["n_neurons"], self.n_tokens))
+
+    def y(self, layer: int) -> np.ndarray:
+        """Pre-activations of ``layer`` as [N tokens, K neurons] (a transposed view of the memmap, no copy)."""
+        return self.y_neuron_major(layer).T
+
+    def x_md(self, layer: int) -> np.memmap:
+        """Projection inputs at :attr:`md_positions`: float32 [md_tokens, d_in]."""
+        entry = self._check_layer(layer)
+        return self._open(_x_file(layer), (len(self.meta["md_positions"]), entry["d_in"]))
+
+
+def load_layer(shard_dir: str | os.PathLike, layer: int) -> tuple[np.ndarray, np.memmap]:
+    """``(y, x_md)`` of one layer: y [N, K] pre-activations and x_md [md_tokens, d_in] inputs (memmaps)."""
+    index = ShardIndex.load(shard_dir)
+    return index.y(layer), index.x_md(layer)
+
+
+class _ShardWriter:
+    """Forward hooks that stream each layer's projection output into its shard as the batches go by."""
+
+    def __init__(
+        self,
+        directory: Path,
+        modules: list[torch.nn.Module],
+        n_tokens: int,
+        md_positions: np.ndarray,
+        dtype: str,
+        model_name: str,
+    ):
+        self.directory = directory
+        self.model_name = model_name
+        self.np_dtype, self.torch_dtype = SHARD_DTYPES[dtype]
+        self.limit = float(np.finfo(self.np_dtype).max)
+        self.shapes = [tuple(registry.projection_weight(m).shape) for m in modules]  # (K, d_in) per layer
+        # md_row[p] = row of token position p in the x shards, or -1: one lookup per batch, no search.
+        self.md_row = np.full(n_tokens, -1, dtype=np.int64)
+        self.md_row[md_positions] = np.arange(len(md_positions))
+        for layer, (k, d_in) in enumerate(self.shapes):
+            np.lib.format.open_memmap(directory / _y_file(layer), "w+", self.np_dtype, (k, n_tokens)).flush()
+            np.lib.format.open_memmap(directory / _x_file(layer), "w+", np.float32, (len(md_positions), d_in)).flush()
+        self.offset = 0
+        self.write_seconds = 0.0  # time spent in the hooks, reported in index.json
+        self.calls = np.zeros(len(modules), dtype=np.int64)
+        self.handles = [m.register_forward_hook(self._hook(layer)) for layer, m in enumerate(modules)]
+
+    def _hook(self, layer: int):
+        def hook(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
+            self.write(layer, args[0], output)
+
+        return hook
+
+    def write(self, layer: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        start = time.perf_counter()
+        k, d_in = self.shapes[layer]
+        y = y.detach().reshape(-1, k)
+        n = y.shape[0]
+        # One reduction checks both: NaN propagates through max, inf is > limit.
+        peak = float(y.abs().max())
+        if not math.isfinite(peak):
+            raise FloatingPointError(
+                f"{self.model_name}: layer {layer} pre-activations contain NaN or inf "
+                f"(tokens {self.offset}..{self.offset + n - 1})"
+            )
+        if peak > self.limit:
+            raise OverflowError(
+                f"{self.model_name}: layer {layer} pre-activation |y| = {peak:.4g} exceeds the {self.np_dtype} "
+                f"range ({self.limit:.4g}); collect with dtype='float32'"
+            )
+        # Transposed to neuron-major by torch (a blocked copy, ~5x faster than numpy's strided assignment).
+        block = y.to(self.torch_dtype).T.contiguous().cpu().numpy()
+        # The memmap is opened per write so that written pages do not stay mapped (and counted in RSS); no
+        # flush (msync): the page cache writes them back, and a killed job leaves only the temporary directory.
+        shard = np.load(self.directory / _y_file(layer), mmap_mode="r+")
+        shard[:, self.offset : self.offset + n] = block
+        del shard
+        rows = self.md_row[self.offset : self.offset + n]
+        picked = np.flatnonzero(rows >= 0)
+        if picked.size:
+            x = x.detach().reshape(-1, d_in)[torch.from_numpy(picked).to(x.device)].float().cpu()
+            if not torch.isfinite(x).all():
+                raise FloatingPointError(f"{self.model_name}: layer {layer} projection inputs contain NaN or inf")
+            inputs = np.load(self.directory / _x_file(layer), mmap_mode="r+")
+            inputs[rows[picked]] = x.numpy()
+            del inputs
+        self.write_seconds += time.perf_counter() - start
+        self.calls[layer] += 1
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def collect_activation_shards(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    text: str,
+    out_dir: str | os.PathLike,
+    *,
+    window: int = 2048,
+    max_tokens: int | None = None,
+    batch_size: int = 1,
+    md_tokens: int = 2000,
+    seed: int = 0,
+    dtype: str = "float16",
+    model_name: str = "?",
+    progress_every: float = 30.0,
+    modules: list[torch.nn.Module] | None = None,
+) -> dict[str, Any]:
+    """Run ``model`` over ``text`` and write the activation shards of every layer into ``out_dir``.
+
+    ``text`` is tokenized once without special tokens and cut into non-overlapping windows of ``window`` tokens
+    (tail dropped), at most ``max_tokens`` tokens (whole windows), ``batch_size`` windows per forward pass.
+    ``modules`` defaults to :func:`wneurons.registry.preactivation_modules`. Pre-activations are stored in
+    ``dtype`` ("float16": overflow is an error; or "float32"); the inputs of ``md_tokens`` positions drawn with
+    ``numpy.random.default_rng(seed).choice(N, md_tokens, replace=False)`` in float32. Progress (tokens/s, ETA)
+    is logged at most every ``progress_every`` seconds.
+
+    Only the causal LM's trunk (``model.base_model``) is run: the LM head plays no part in the pre-activations.
+    Peak memory: the model, the forward pass's own activations for one batch, and one layer's batch output
+    (``batch_size * window * K`` values); the shards live on disk (``N * K`` values per layer) and are
+    mapped only while a batch is written. NaN / inf in any activation raises ``FloatingPointError`` naming
+    the model and layer. Returns the contents of ``index.json``.
+    """
+    if dtype not in SHARD_DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(SHARD_DTYPES)}")
+    if window < 1 or batch_size < 1:
+        raise ValueError(f"window and batch_size must be >= 1, got {window} and {batch_size}")
+    out_dir = Path(out_dir)
+    modules = registry.preactivation_modules(model) if modules is None else modules
+
+    ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+    n_windows = len(ids) // window
+    if max_tokens is not None:
+        n_windows = min(n_windows, max_tokens // window)
+    if n_windows < 1:
+        raise ValueError(
+            f"{model_name}: need at least one window of {window} tokens; the text has {len(ids)} tokens"
+            + (f" and max_tokens={max_tokens}" if max_tokens is not None else "")
+        )
+    n_tokens = n_windows * window
+    if not 2 <= md_tokens <= n_tokens:
+        raise ValueError(f"md_tokens={md_tokens} must lie in [2, N={n_tokens}]")
+    windows = torch.tensor(ids[:n_tokens], dtype=torch.long).reshape(n_windows, window)
+    md_positions = np.random.default_rng(seed).choice(n_tokens, md_tokens, replace=False)
+
+    trunk = getattr(model, "base_model", model)
+    device = next(model.parameters()).device
+    meta: dict[str, Any] = {
+        "format": FORMAT_VERSION,
+        "layout": "layerLLL.y.npy: [K, N] neuron-major; layerLLL.x.npy: [md_tokens, d_in] float32",
+        "model_name": model_name,
+        "n_tokens": n_tokens,
+        "text_tokens": len(ids),
+        "window": window,
+        "n_windows": n_windows,
+        "dtype": dtype,
+        "seed": seed,
+        "md_tokens": md_tokens,
+        "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+    }
+    log.info(
+        "collect %s: %d layers, %d tokens in %d windows of %d", model_name, len(modules), n_tokens, n_windows, window
+    )
+    with _atomic_directory(out_dir) as tmp:
+        writer = _ShardWriter(tmp, modules, n_tokens, md_positions, dtype, model_name)
+        start = last_log = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                for first in range(0, n_windows, batch_size):
+                    batch = windows[first : first + batch_size].to(device)
+                    trunk(input_ids=batch, use_cache=False)
+                    writer.offset += batch.numel()
+                    if not (writer.calls == first // batch_size + 1).all():
+                        missing = np.flatnonzero(writer.calls != first // batch_size + 1).tolist()
+                        raise RuntimeError(f"{model_name}: projection hooks of layers {missing} did not fire once")
+                    now = time.perf_counter()
+                    if now - last_log >= progress_every or writer.offset == n_tokens:
+                        rate = writer.offset / (now - start)
+                        log.info(
+                            "collect %s: %d/%d tokens, %.0f tokens/s, ETA %.0f s",
+                            model_name,
+                            writer.offset,
+                            n_tokens,
+                            rate,
+                            (n_tokens - writer.offset) / rate,
+                        )
+                        last_log = now
+        finally:
+            writer.remove()
+        meta["layers"] = [{"layer": i, "n_neurons": k, "d_in": d} for i, (k, d) in enumerate(writer.shapes)]
+        meta["md_positions"] = md_positions.tolist()
+        meta["seconds"] = round(time.perf_counter() - start, 3)
+        meta["seconds_in_hooks"] = round(writer.write_seconds, 3)
+        meta["provenance"] = provenance(model=model_name)
+        write_json(tmp / INDEX_FILE, meta)
+    return meta

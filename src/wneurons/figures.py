@@ -1,0 +1,353 @@
+"""The paper's figures, drawn from result tables and activation shards.
+
+Figures are built on :class:`matplotlib.figure.Figure` directly (Agg canvas, no pyplot state shared between
+calls) and saved atomically as PNG. Layers are 0-based in arguments and labelled 1-based ("MLP block L+1"), as
+in the paper.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from matplotlib.figure import Figure
+
+from wneurons.activations import ShardIndex
+from wneurons.io import atomic_output
+
+__all__ = ["figure1", "figure2a", "figure3", "figure4"]
+
+Nonlinearity = Callable[[torch.Tensor], torch.Tensor] | str
+NEGATIVE_COLOR = "tab:red"
+POSITIVE_COLOR = "tab:blue"
+DPI = 150
+
+
+def _save(fig: Figure, out_path: str | os.PathLike) -> None:
+    with atomic_output(out_path, ".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
+
+
+def _activation(nonlinearity: Nonlinearity) -> tuple[Callable[[torch.Tensor], torch.Tensor], str]:
+    """The function and its label; a string is a transformers ``ACT2FN`` name (what ``FamilySpec`` records)."""
+    if isinstance(nonlinearity, str):
+        from transformers.activations import ACT2FN
+
+        if nonlinearity not in ACT2FN:
+            raise ValueError(f"unknown nonlinearity {nonlinearity!r}")
+        return ACT2FN[nonlinearity], nonlinearity
+    return nonlinearity, getattr(nonlinearity, "__name__", type(nonlinearity).__name__)
+
+
+def _layer_rows(stats: pl.DataFrame, layer: int, what: str) -> pl.DataFrame:
+    rows = stats.filter(pl.col("layer") == layer)
+    if rows.is_empty():
+        raise ValueError(f"{what}: the statistics table has no rows for layer {layer}")
+    return rows
+
+
+@dataclass(frozen=True)
+class _NeuronView:
+    """Everything figure 1 draws for one neuron of one model."""
+
+    label: str
+    layer: int
+    neuron: int
+    row: dict[str, Any]
+    y: np.ndarray  # raw pre-activations [N], float64
+    activation: np.ndarray  # act(y) [N]
+    activation_name: str
+    input_distance: np.ndarray  # d_x / max(d_x) of the stored MD pairs
+    output_distance: np.ndarray  # d_y / median(d_y)
+
+    @classmethod
+    def load(
+        cls,
+        shard_dir: str | os.PathLike,
+        stats: pl.DataFrame,
+        layer: int,
+        neuron: int | None,
+        nonlinearity: Nonlinearity,
+        label: str,
+    ) -> _NeuronView:
+        rows = _layer_rows(stats, layer, label)
+        if neuron is None:  # the layer's top Wasserstein neuron
+            neuron = int(rows.drop_nans("wd").sort("wd", descending=True)["neuron"][0])
+        match = rows.filter(pl.col("neuron") == neuron)
+        if match.is_empty():
+            raise ValueError(f"{label}: no neuron {neuron} in layer {layer} of the statistics table")
+        index = ShardIndex.load(shard_dir)
+        y = np.asarray(index.y_neuron_major(layer)[neuron], dtype=np.float64)
+        fn, fn_name = _activation(nonlinearity)
+        activation = fn(torch.from_numpy(y)).numpy()
+        n_pairs = len(index.md_positions) // 2
+        positions = index.md_positions[: 2 * n_pairs]
+        x = np.asarray(index.x_md(layer)[: 2 * n_pairs], dtype=np.float64)
+        y_md = y[positions]
+        d_x = np.linalg.norm(x[0::2] - x[1::2], axis=1)
+        d_y = np.abs(y_md[0::2] - y_md[1::2])
+        keep = d_x > 0  # identical inputs have no defined ratio (as in stats.mapping_difficulty)
+        d_x, d_y = d_x[keep], d_y[keep]
+        return cls(
+            label=label,
+            layer=layer,
+            neuron=neuron,
+            row=match.row(0, named=True),
+            y=y,
+            activation=activation,
+            activation_name=fn_name,
+            input_distance=d_x / d_x.max(),
+            output_distance=d_y / np.median(d_y),
+        )
+
+
+def _draw_neuron(axes, view: _NeuronView) -> None:
+    ax_pre, ax_post, ax_io = axes
+    row = view.row
+    z = (view.y - row["mean"]) / row["std"]
+    zero = -row["mean"] / row["std"]  # where the RAW pre-activation changes sign, in standardized units
+    bins = np.linspace(z.min(), z.max(), 121)
+    counts, edges = np.histogram(z, bins=bins, density=True)
+    centers = 0.5 * (edges[1:] + edges[:-1])
+    colors = np.where(centers < zero, NEGATIVE_COLOR, POSITIVE_COLOR)
+    ax_pre.bar(centers, counts, width=np.diff(edges), color=colors, alpha=0.6, linewidth=0)
+    grid = np.linspace(min(z.min(), -4), max(z.max(), 4), 400)
+    ax_pre.plot(grid, np.exp(-0.5 * grid**2) / np.sqrt(2 * np.pi), color="black", lw=1.2, label="N(0, 1)")
+    ax_pre.axvline(zero, color="grey", ls=":", lw=1, label="raw y = 0")
+    wd = row["wd"]
+    ax_pre.text(
+        0.98,
+        0.97,
+        f"WD = {wd:.3f}\n"
+        f"negative: {row['wd_negative']:.3f} ({100 * row['wd_negative'] / wd:.0f}%)\n"
+        f"positive: {row['wd_positive']:.3f} ({100 * row['wd_positive'] / wd:.0f}%)\n"
+        f"tokens y < 0: {100 * row['frac_negative']:.0f}%",
+        transform=ax_pre.transAxes,
+        ha="right",
+        va="top",
+        fontsize=8,
+        bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
+    )
+    ax_pre.set_xlabel("standardized pre-activation")
+    ax_pre.set_ylabel("density")
+    ax_pre.legend(loc="upper left", fontsize=7, frameon=False)
+    ax_pre.set_title(f"{view.label}: neuron {view.neuron}, MLP block {view.layer + 1}", fontsize=9)
+
+    post_bins = np.linspace(view.activation.min(), view.activation.max(), 121)
+    negative = view.y < 0
+    ax_post.hist(
+        [view.activation[negative], view.activation[~negative]],
+        bins=post_bins,
+        stacked=True,
+        color=[NEGATIVE_COLOR, POSITIVE_COLOR],
+        alpha=0.6,
+        label=["from y < 0", "from y >= 0"],
+    )
+    ax_post.set_yscale("log")
+    ax_post.set_xlabel(f"{view.activation_name}(y)")
+    ax_post.set_ylabel("tokens")
+    ax_post.legend(fontsize=7, frameon=False)
+    ax_post.set_title("after the nonlinearity", fontsize=9)
+
+    ax_io.scatter(view.input_distance, view.output_distance, s=4, alpha=0.5, color="black", linewidths=0)
+    ax_io.set_xlabel("normalized input distance  d_x / max d_x")
+    ax_io.set_ylabel("normalized output distance  d_y / median d_y")
+    md = row.get("md")
+    ax_io.set_title(
+        f"IO pairs (n = {view.input_distance.size})" + (f", MD = {md:.2f}" if md is not None else ""), fontsize=9
+    )
+
+
+def figure1(
+    shard_dir: str | os.PathLike,
+    stats: pl.DataFrame,
+    *,
+    layer: int,
+    neuron: int | None = None,
+    nonlinearity: Nonlinearity,
+    out_path: str | os.PathLike,
+    contrast: tuple[str | os.PathLike, pl.DataFrame, int, Nonlinearity, str] | None = None,
+    label: str = "model",
+) -> None:
+    """Figure 1: one Wasserstein neuron's pre-activation distribution, its split by sign, and its IO pairs.
+
+    Row per model: (a) the standardized pre-activation histogram (tokens with raw y < 0 in red) with N(0,1),
+    annotated with the exact WD and its negative / positive split; (b) the distribution after ``nonlinearity``
+    (a callable or a transformers ``ACT2FN`` name); (c) normalized input vs output distance of the stored MD
+    pairs. ``neuron`` defaults to the top-WD neuron of ``layer``. ``contrast`` = (shard_dir, stats, layer,
+    nonlinearity, label) adds a second row for another model (OPT, ReLU, in the paper). Writes a PNG.
+    """
+    views = [_NeuronView.load(shard_dir, stats, layer, neuron, nonlinearity, label)]
+    if contrast is not None:
+        c_dir, c_stats, c_layer, c_nonlinearity, c_label = contrast
+        views.append(_NeuronView.load(c_dir, c_stats, c_layer, None, c_nonlinearity, c_label))
+    fig = Figure(figsize=(13, 3.6 * len(views)), layout="constrained")
+    axes = fig.subplots(len(views), 3, squeeze=False)
+    for row_axes, view in zip(axes, views, strict=True):
+        _draw_neuron(row_axes, view)
+    _save(fig, out_path)
+
+
+def figure2a(stats_by_model: dict[str, pl.DataFrame], *, layer: int, out_path: str | os.PathLike) -> None:
+    """Figure 2a: the distribution of WD over the neurons of ``layer``, one histogram per model (log y).
+
+    A dotted line marks each model's mean WD; the text gives its maximum. Dead (NaN-WD) neurons are left out.
+    Writes a PNG.
+    """
+    if not stats_by_model:
+        raise ValueError("figure2a: no models given")
+    wds = {
+        name: _layer_rows(table, layer, name).drop_nans("wd")["wd"].to_numpy() for name, table in stats_by_model.items()
+    }
+    bins = np.linspace(0.0, max(v.max() for v in wds.values()) * 1.02, 80)
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.subplots()
+    colors = [f"C{i}" for i in range(len(wds))]
+    for i, ((name, wd), color) in enumerate(zip(wds.items(), colors, strict=True)):
+        ax.hist(wd, bins=bins, histtype="step", color=color, lw=1.4, label=f"{name} (n = {wd.size})")
+        ax.axvline(wd.mean(), color=color, ls=":", lw=1.2)
+        ax.text(
+            0.98,
+            0.95 - 0.07 * i,
+            f"{name}: max WD {wd.max():.3f}, mean {wd.mean():.3f}",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            color=color,
+            fontsize=8,
+        )
+    ax.set_yscale("log")
+    ax.set_xlabel("WD to N(0, 1)")
+    ax.set_ylabel("neurons")
+    ax.set_title(f"WD of all neurons in MLP block {layer + 1}", fontsize=10)
+    ax.legend(loc="center right", fontsize=8, frameon=False)
+    _save(fig, out_path)
+
+
+# ---------------------------------------------------------------- ablation figures (3 and 4)
+def _conditions_by(result: dict, scope: str, selector: str) -> dict[float, dict]:
+    """{percent: condition summary} of one scope and selector in an aggregated result file."""
+    out = {}
+    for key, cond in result["conditions"].items():
+        c_scope, c_selector, _ = key.split("/")
+        if c_scope == scope and c_selector == selector:
+            out[float(cond["percent"])] = cond
+    return dict(sorted(out.items()))
+
+
+def _value(scores: dict, field: str) -> float:
+    return float(scores[field])
+
+
+def figure3(ppl_path, blimp_path, tse_path, out_path) -> None:
+    """Figure 3 for one checkpoint: (a) perplexity vs fraction, wasserstein vs random (SEM), start and end values
+    annotated; (b) matched fraction of lowest-WD neurons vs wasserstein fraction; (c) BLiMP / TSE accuracy under
+    clean, wasserstein, random (mean +- SEM) and matched at the smallest fraction >= 1% (else the largest)."""
+    from wneurons import io
+
+    ppl, blimp, tse = (io.read_json(p) for p in (ppl_path, blimp_path, tse_path))
+    fig = Figure(figsize=(15, 4.2), layout="constrained")
+    axes = fig.subplots(1, 3)
+
+    ax = axes[0]
+    clean_ppl = _value(ppl["clean"], "perplexity")
+    for selector, color in (("wasserstein", "C3"), ("random", "C0")):
+        conds = _conditions_by(ppl, "all", selector)
+        if not conds:
+            continue
+        xs = [0.0, *conds]
+        ys = [clean_ppl, *(_value(c["scores"], "perplexity") for c in conds.values())]
+        errs = [0.0, *(_value(c.get("sem", {"perplexity": 0.0}), "perplexity") for c in conds.values())]
+        ax.errorbar(xs, ys, yerr=errs, marker="o", color=color, label=selector, capsize=3)
+        ax.annotate(f"{ys[-1]:.1f}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4), color=color)
+    ax.annotate(f"{clean_ppl:.1f}", (0, clean_ppl), textcoords="offset points", xytext=(4, -12))
+    ax.set(xlabel="% neurons perturbed per layer", ylabel="WikiText-2 perplexity", title="(a) perplexity")
+    ax.legend()
+
+    ax = axes[1]
+    matched = _conditions_by(ppl, "all", "matched")
+    if matched:
+        xs = list(matched)
+        ax.plot(xs, [c["matched_percent"] for c in matched.values()], marker="s", color="C2")
+        for x, c in matched.items():
+            ax.annotate(
+                f"{c['matched_percent']:.1f}%", (x, c["matched_percent"]), xytext=(4, 4), textcoords="offset points"
+            )
+    ax.set(
+        xlabel="% Wasserstein neurons perturbed",
+        ylabel="% lowest-WD neurons for equal perplexity",
+        title="(b) perplexity-matched fraction",
+    )
+
+    ax = axes[2]
+    fractions = sorted(_conditions_by(blimp, "all", "wasserstein"))
+    if fractions:
+        at = next((f for f in fractions if f >= 1), fractions[-1])
+        labels = ["clean", "wasserstein", "random", "matched"]
+        width = 0.38
+        for i, (name, result) in enumerate((("BLiMP", blimp), ("TSE", tse))):
+            values, errors = [_value(result["clean"], "overall")], [0.0]
+            for selector in labels[1:]:
+                cond = _conditions_by(result, "all", selector).get(at)
+                values.append(_value(cond["scores"], "overall") if cond else np.nan)
+                errors.append(_value(cond["sem"], "overall") if cond and "sem" in cond else 0.0)
+            xs = np.arange(len(labels)) + (i - 0.5) * width
+            ax.bar(xs, values, width, yerr=errors, capsize=3, label=name)
+        ax.set_xticks(np.arange(len(labels)), labels)
+        ax.set(ylabel="accuracy", title=f"(c) grammar at {at:g}% per layer", ylim=(0, 1))
+        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+        ax.legend()
+    fig.suptitle(f"{ppl['model']} @ {ppl['revision']}: sign-specific ablation")
+    _save(fig, out_path)
+
+
+def _error_increase(result: dict, field: str, scopes: list[str]) -> tuple[list[str], np.ndarray]:
+    """Rows = categories of ``field`` (e.g. by_term), columns = scopes: clean accuracy minus ablated accuracy."""
+    clean = result["clean"][field]
+    categories = sorted(clean)
+    matrix = np.full((len(categories), len(scopes)), np.nan)
+    for j, scope in enumerate(scopes):
+        conds = _conditions_by(result, scope, "wasserstein")
+        if not conds:
+            continue
+        scores = next(iter(conds.values()))["scores"][field]
+        for i, cat in enumerate(categories):
+            matrix[i, j] = clean[cat] - scores[cat]
+    return categories, matrix
+
+
+def figure4(blimp_path, tse_path, out_path) -> None:
+    """Figure 4: error increase (clean - ablated accuracy) per BLiMP term and TSE family, for individual layer-group
+    ablations (g1..gK) and cumulative ones (groups 1..k; c1 = g1)."""
+    from wneurons import io
+
+    blimp, tse = io.read_json(blimp_path), io.read_json(tse_path)
+    groups = sorted({k.split("/")[0] for k in blimp["conditions"] if k[0] == "g"}, key=lambda s: int(s[1:]))
+    cumulative = [
+        "g1",
+        *sorted({k.split("/")[0] for k in blimp["conditions"] if k[0] == "c"}, key=lambda s: int(s[1:])),
+    ]
+    panels = [
+        (blimp, "by_term", groups, "(a) BLiMP, individual groups"),
+        (blimp, "by_term", cumulative, "(b) BLiMP, cumulative"),
+        (tse, "by_family", groups, "(c) TSE, individual groups"),
+        (tse, "by_family", cumulative, "(d) TSE, cumulative"),
+    ]
+    fig = Figure(figsize=(13, 10), layout="constrained")
+    axes = fig.subplots(2, 2, gridspec_kw={"height_ratios": [3, 1.2]})
+    for ax, (result, field, scopes, title) in zip(axes.flat, panels, strict=True):
+        categories, matrix = _error_increase(result, field, scopes)
+        limit = np.nanmax(np.abs(matrix)) if np.isfinite(matrix).any() else 1.0
+        image = ax.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
+        ax.set_yticks(range(len(categories)), categories, fontsize=8)
+        labels = [f"1-{s[1:]}" if s[0] == "c" else s[1:] for s in scopes]
+        ax.set_xticks(range(len(scopes)), labels)
+        ax.set(xlabel="layer group" + (" (cumulative)" if "cumulative" in title else ""), title=title)
+        fig.colorbar(image, ax=ax, label="error increase")
+    fig.suptitle(f"{blimp['model']} @ {blimp['revision']}: layer-group ablations")
+    _save(fig, out_path)

@@ -1,0 +1,147 @@
+"""Bad input through the real ``snakemake`` command line, on the tiny project.
+
+- A malformed config stops Snakemake with one line naming the key, before any job starts.
+- A truncated data file, a corrupted byte, or a checksum file that disagrees make the fetch job fail with a
+  message naming the file, and leave no ``resources/data/<set>`` (not even a temporary one).
+- A model whose activations overflow to inf / NaN makes collect_activations fail naming the model and the layer,
+  and leaves no shard folder.
+(tests/test_config.py checks the same validation at function level; this checks what a user of the workflow sees.)
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+
+import pytest
+import yaml
+from tiny_project import make_tiny_project, snakemake, tiny_config
+
+pytestmark = pytest.mark.slow
+
+MODEL = ("models", "tiny-llama")
+_DELETE = object()
+
+# (path in the config, value, text the one-line error must contain)
+BAD_CONFIGS = [
+    ((*MODEL, "num_layers"), "four", "models.tiny-llama.num_layers"),
+    ((*MODEL, "num_layers"), 0, "models.tiny-llama.num_layers"),
+    ((*MODEL, "family"), "bert", "models.tiny-llama.family"),
+    ((*MODEL, "params_b"), -1, "models.tiny-llama.params_b"),
+    ((*MODEL, "local_path"), "no-such-model", "models.tiny-llama.local_path"),
+    ((*MODEL, "hub_id"), "org/model", "exactly one of hub_id"),
+    ((*MODEL, "checkpoints"), ["main"], "models.tiny-llama.checkpoints"),
+    ((*MODEL, "colour"), "blue", "unknown key under models.tiny-llama"),
+    (("models",), {}, "models"),
+    (("data", "tse"), _DELETE, "'tse' is a required property"),
+    (("data", "blimp", "checksums"), "checksums/missing.sha256", "data.blimp.checksums"),
+    (("data", "wikitext2", "local_dir"), "src/nowhere", "data.wikitext2"),
+    (("data", "tse", "format"), "csv", "data.tse.format"),
+    (("evaluation", "convention"), "mine", "evaluation.convention"),
+    (("evaluation", "batch_size"), 2.5, "evaluation.batch_size"),
+    (("neurons", "md_pairs"), 5000, "neurons.md_pairs"),
+    (("neurons", "wd_method"), "approx", "neurons.wd_method"),
+    (("ablation", "fractions"), [150], "ablation.fractions"),
+    (("ablation", "random_trials"), 0, "ablation.random_trials"),
+    (("ablation", "mode"), "sideways", "ablation.mode"),
+    (("figures", "figure1", "layer"), 9, "figures.figure1.layer"),
+    (("threads",), 4, "unknown key under <top level>"),
+]
+
+
+def _set(config: dict, path: tuple, value) -> None:
+    node = config
+    for key in path[:-1]:
+        node = node[key]
+    if value is _DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = copy.deepcopy(value)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad-input")
+    make_tiny_project(root)
+    return root
+
+
+def _assert_no_job_started(root) -> None:
+    for folder in ("results", "logs", "resources", ".snakemake/incomplete"):
+        assert not (root / folder).exists() or not any((root / folder).iterdir()), f"{folder} was written"
+
+
+def _one_line_error(root) -> str:
+    """Run the whole DAG for real; return Snakemake's output, which must be one line and a failure."""
+    proc = snakemake(root, "--cores", "2", "all", check=False, timeout=120)
+    assert proc.returncode != 0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, "\n".join(lines)
+    return lines[0]
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), BAD_CONFIGS, ids=[".".join(b[0]) for b in BAD_CONFIGS])
+def test_malformed_config_stops_before_any_job_with_one_line(project, path, value, expected):
+    config = tiny_config(project)
+    _set(config, path, value)
+    (project / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    line = _one_line_error(project)
+    assert expected in line and line.startswith("config: "), line
+    _assert_no_job_started(project)
+
+
+def test_duplicate_model_name_in_yaml_stops_with_file_and_line(project):
+    text = yaml.safe_dump(tiny_config(project), sort_keys=False)
+    block = text[text.index("  tiny-llama:") : text.index("data:")]
+    (project / "config.yaml").write_text(text.replace(block, block + block, 1))
+    line = _one_line_error(project)
+    assert "duplicate key 'tiny-llama'" in line and "config.yaml:" in line, line
+    _assert_no_job_started(project)
+
+
+def _flip_byte(path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_corrupt_data_fails_the_fetch_naming_the_file_and_leaves_nothing(tmp_path):
+    root = tmp_path / "corrupt"
+    make_tiny_project(root)
+    blimp = root / "src/blimp/npi_present_1.jsonl"
+    blimp.write_bytes(blimp.read_bytes()[: blimp.stat().st_size // 2])  # truncated download
+    tse = root / "src/tse/simple_agrmt.pickle"
+    _flip_byte(tse, tse.stat().st_size // 2)  # one corrupted byte
+    sums = root / "checksums/wikitext2.sha256"  # a source file that changed since its checksum was pinned
+    wrong = hashlib.sha256(b"another release").hexdigest()
+    sums.write_text(sums.read_text().replace(sums.read_text().split()[0], wrong, 1))
+    expected = {"blimp": blimp.name, "tse": tse.name, "wikitext2": sums.read_text().split()[1]}
+
+    targets = [f"resources/data/{name}" for name in expected]
+    proc = snakemake(root, "--cores", "2", "--keep-going", *targets, check=False, timeout=300)
+    assert proc.returncode != 0
+    for name, file_name in expected.items():
+        log = (root / f"logs/fetch_data/{name}.log").read_text()
+        assert f"{file_name}: sha256 mismatch" in log, log
+        assert f"logs/fetch_data/{name}.log" in proc.stderr  # Snakemake points the user at the log
+    assert list(root.glob("resources/data/*")) == []  # no set, no temporary folder (pathlib globs dotfiles)
+
+
+def test_inf_weights_fail_collection_naming_model_and_layer(tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    root = tmp_path / "inf"
+    make_tiny_project(root)
+    weights_path = root / "model/model.safetensors"
+    weights = load_file(weights_path)
+    layer = 2
+    weights[f"model.layers.{layer}.mlp.gate_proj.weight"][0, 0] = torch.inf
+    save_file(weights, weights_path, metadata={"format": "pt"})
+
+    target = "resources/activations/tiny-llama/main"
+    proc = snakemake(root, "--cores", "2", target, check=False, timeout=300)
+    assert proc.returncode != 0
+    log = (root / "logs/collect_activations/tiny-llama/main.log").read_text()
+    assert f"tiny-llama: layer {layer} pre-activations contain NaN or inf" in log, log
+    assert list(root.glob("resources/activations/tiny-llama/*")) == []

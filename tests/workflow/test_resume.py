@@ -1,0 +1,301 @@
+"""Resume after ``kill -9`` and retry after an OOM-style kill, on the tiny project with the real Snakefile.
+
+One uninterrupted reference run; then one run that is killed (``kill -9`` of Snakemake and every job process) at
+three moments: during ``collect_activations``, during a ``score_ablation`` job, during ``aggregate_scores``. After
+each kill the same command is run again (after ``--unlock``: Snakemake's lock files survive a kill -9, and
+without it the rerun stops with LockException). Checked after each kill: no process survives, every result file
+that exists parses (atomic writes: a killed job leaves nothing that looks finished), the killed jobs' outputs are
+absent. Checked at the end: the rerun completed, files finished before a kill were never rewritten, every job
+finished exactly once over all segments, and the result tree equals the reference bit for bit.
+
+The kill points run as one chain (each rerun is the run killed at the next point), so the file costs about two
+full runs of the tiny DAG.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pytest
+from tiny_project import dry_run_jobs, make_tiny_project, snakemake_command
+
+from wneurons.compare import compare_result_trees
+
+pytestmark = pytest.mark.slow
+
+# What profiles/slurm sets, on the local executor. Two 2-thread jobs at a time: job start-up (imports) dominates
+# the tiny DAG, and each job's torch thread count is its rule's `threads` whatever --cores is, so results do not
+# depend on it.
+RUN_ARGS = ("--cores", "4", "--rerun-incomplete", "--keep-going", "results/tiny-llama/main/blimp.json", "results/tiny-llama/main/tse.json", "results/tiny-llama/main/ppl.json", "results/figures/figure1.png", "results/figures/figure2a.png")
+RUN_TIMEOUT_S = 900
+POLL_S = 0.05
+FINISHED = re.compile(r"Finished jobid: \d+ \(Rule: (\w+)\)")
+RESOURCES = re.compile(r"resources: .*\bmem_mb=(\d+).*")
+
+
+# ---------------------------------------------------------------- processes
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids of every process on the machine (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # exited meanwhile
+            continue
+        # The command name (field 2) may contain spaces and parentheses; the fields after it do not.
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    return children
+
+
+def descendants(pid: int) -> list[int]:
+    """Pids of every process below ``pid``."""
+    tree, found, todo = _children(), [], [pid]
+    while todo:
+        kids = tree.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie does not count)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2] != "Z"
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def start(root: Path, log: Path, *args: str) -> subprocess.Popen:
+    """Start Snakemake in ``root`` in its own process group (its jobs inherit the group), output to ``log``."""
+    with open(log, "w") as fh:
+        return subprocess.Popen(
+            snakemake_command(root, *args),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def kill_run(proc: subprocess.Popen) -> dict[int, str]:
+    """``kill -9`` Snakemake, its process group and every descendant (by pid); return {pid: command line}."""
+    pids = [proc.pid, *descendants(proc.pid)]
+    commands = {pid: cmdline(pid) for pid in pids}
+    os.killpg(proc.pid, signal.SIGKILL)
+    for pid in pids:  # a job that left the group would survive killpg
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    return commands
+
+
+def wait_until(proc: subprocess.Popen, moment: Callable[[], object], what: str, log: Path) -> object:
+    """Poll ``moment()`` until it returns something truthy (returned); fail if the run ends or times out first."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if found := moment():
+            return found
+        if proc.poll() is not None:
+            pytest.fail(f"run ended (rc {proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
+        time.sleep(POLL_S)
+    proc.kill()
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def finish(proc: subprocess.Popen, log: Path) -> str:
+    """Wait for a run to end; fail with its output unless it succeeded; return the output."""
+    try:
+        proc.wait(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_run(proc)
+        pytest.fail(f"run timed out after {RUN_TIMEOUT_S} s")
+    out = log.read_text()
+    assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{out[-5000:]}"
+    return out
+
+
+def finished_jobs(output: str) -> Counter:
+    """Jobs per rule that a Snakemake run reports as finished."""
+    return Counter(FINISHED.findall(output))
+
+
+# ---------------------------------------------------------------- workflow state
+def running_outputs(root: Path) -> list[str]:
+    """Outputs of the jobs running now: Snakemake's incomplete markers (file name = urlsafe base64 of the path;
+    names over the file system's limit are split into '@'-prefixed folders)."""
+    marker_dir = root / ".snakemake/incomplete"
+    outputs = []
+    for marker in marker_dir.rglob("*") if marker_dir.is_dir() else []:
+        if marker.is_file():
+            encoded = "".join(part.lstrip("@") for part in marker.relative_to(marker_dir).parts)
+            outputs.append(base64.urlsafe_b64decode(encoded).decode())
+    return sorted(outputs)
+
+
+def job_log(output: str) -> Path:
+    """The log file of the job writing ``output`` (logs mirror the output's wildcards; see the rules)."""
+    parts = Path(output).parts
+    if parts[:2] == ("resources", "activations"):
+        return Path("logs/collect_activations", *parts[2:]).with_suffix(".log")
+    if "ablations" in parts:
+        i = parts.index("ablations")
+        return Path("logs/score_ablation", *parts[1:i], *parts[i + 1 :]).with_suffix(".log")
+    if len(parts) == 4 and parts[0] == "results":  # results/{model}/{revision}/{benchmark}.json
+        return Path("logs/aggregate_scores", *parts[1:]).with_suffix(".log")
+    raise ValueError(f"no log mapping for {output}")
+
+
+def job_running(root: Path, matches: Callable[[str], bool], min_done: int = 0, done_glob: str = "") -> list[str]:
+    """Outputs of running jobs that match, once each has opened its log (i.e. is past its imports and doing its
+    work) and at least ``min_done`` files match ``done_glob``; else an empty list."""
+    if min_done and len(list(root.glob(done_glob))) < min_done:
+        return []
+    return [o for o in running_outputs(root) if matches(o) and (root / job_log(o)).exists()]
+
+
+def result_files(root: Path) -> dict[str, int]:
+    """Every finished-looking file of the run (not hidden temp files) -> its mtime in ns."""
+    files = {}
+    for top in ("results", "resources/data", "resources/activations"):
+        for p in (root / top).rglob("*") if (root / top).is_dir() else []:
+            rel = p.relative_to(root)
+            if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+                files[str(rel)] = p.stat().st_mtime_ns
+    return files
+
+
+def assert_nothing_partial(root: Path, killed_outputs: list[str]) -> None:
+    """No output of a killed job exists, and every JSON / parquet / shard folder that exists is readable."""
+    for out in killed_outputs:
+        assert not (root / out).exists(), f"{out}: output of a killed job exists"
+    for rel in result_files(root):
+        path = root / rel
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".parquet":
+            pl.read_parquet(path)
+    for shard_dir in (root / "resources/activations").glob("*/*"):
+        if not shard_dir.name.startswith("."):
+            json.loads((shard_dir / "index.json").read_text())
+
+
+def shard_digests(root: Path) -> dict[str, str]:
+    """sha256 of every activation shard file (the .npy arrays compare_result_trees does not look at)."""
+    base = root / "resources/activations"
+    return {
+        str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(base.rglob("*.npy"))
+        if not any(part.startswith(".") for part in p.relative_to(base).parts)
+    }
+
+
+# ---------------------------------------------------------------- the runs
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[Path, Counter]:
+    """An uninterrupted run: its project folder and its finished jobs per rule."""
+    root = tmp_path_factory.mktemp("reference")
+    make_tiny_project(root)
+    log = root / "run.log"
+    out = finish(start(root, log, *RUN_ARGS), log)
+    return root, finished_jobs(out)
+
+
+# (name, which running outputs count, files that must be finished already, how many)
+KILL_POINTS = [
+    ("collect_activations", lambda o: o.startswith("resources/activations/"), "", 0),
+    ("score_ablation", lambda o: "/ablations/" in o, "results/*/*/ablations/**/*.json", 2),
+    ("aggregate_scores", lambda o: re.fullmatch(r"results/[^/]+/[^/]+/\w+\.json", o), "", 0),
+]
+
+
+def test_kill_minus_9_at_three_moments_then_resume(reference, tmp_path):
+    ref_root, ref_jobs = reference
+    root = tmp_path / "resumed"
+    make_tiny_project(root)
+    finished: Counter = Counter()
+    before_kill: dict[str, int] = {}  # files finished before some kill -> mtime then
+    report = []
+    proc = start(root, root / "run0.log", *RUN_ARGS)
+    for i, (name, matches, done_glob, min_done) in enumerate(KILL_POINTS):
+        log = root / f"run{i}.log"
+        wait_until(proc, lambda m=matches, g=done_glob, n=min_done: job_running(root, m, n, g), f"a {name} job", log)
+        killed = kill_run(proc)
+        finished += finished_jobs(log.read_text())
+        assert not [p for p in killed if alive(p)], f"processes survived the kill at {name}"
+        scripts = [cmd.split("/")[-1] for cmd in killed.values() if "/.snakemake/scripts/" in cmd]
+        assert scripts, f"no job process was running at the kill at {name}: {killed}"
+        killed_outputs = running_outputs(root)  # every job running at the kill, not only the one waited for
+        assert_nothing_partial(root, killed_outputs)
+        files = result_files(root)
+        before_kill |= files
+        temps = [str(p.relative_to(root)) for p in root.glob("res*/**/.*.tmp")]
+        report.append(f"kill at {name}: {len(killed)} processes {scripts}; running {killed_outputs}; kept {len(files)}")
+        report.append(f"  temp files left by the killed jobs: {temps}")
+
+        # The same command again. Snakemake's lock files survive kill -9 and must be removed first.
+        subprocess.run(snakemake_command(root, "--unlock", *RUN_ARGS), check=True, capture_output=True)
+        proc = start(root, root / f"run{i + 1}.log", *RUN_ARGS)
+    out = finish(proc, root / f"run{len(KILL_POINTS)}.log")
+    finished += finished_jobs(out)
+    print("\n".join(report))
+
+    assert running_outputs(root) == [], "incomplete markers left after the final run"
+    rewritten = [f for f, mtime in before_kill.items() if (root / f).stat().st_mtime_ns != mtime]
+    assert rewritten == [], f"finished before a kill, but recomputed: {rewritten}"
+    # Every job of the DAG finished exactly once over the four segments: none redone, none lost.
+    assert finished == ref_jobs
+    assert dry_run_jobs(root) == {}
+    assert compare_result_trees(ref_root / "results", root / "results") == []
+    assert shard_digests(root) == shard_digests(ref_root)
+
+
+def test_job_killed_like_an_oom_is_retried_with_more_memory(reference, tmp_path):
+    ref_root, _ = reference
+    root = tmp_path / "retry"
+    shutil.copytree(ref_root, root, symlinks=True, ignore=shutil.ignore_patterns("locks", "run*.log"))
+    target = "results/tiny-llama/main/clean/ppl.json"
+    (root / target).unlink()
+    log = root / "retry.log"
+    proc = start(root, log, "--cores", "2", "--retries", "1", target)
+    job_log_path = root / "logs/score_clean/tiny-llama/main/ppl.log"
+    # The log opens once the job is past its imports: from then on it holds the model (what an OOM kill hits).
+    wait_until(proc, job_log_path.exists, "the score_clean job", log)
+    jobs = [p for p in descendants(proc.pid) if re.search(r"python\S* \S+\.score\.py", cmdline(p))]
+    assert jobs, "no score.py process found under snakemake"
+    for pid in jobs:
+        os.kill(pid, signal.SIGKILL)  # what the kernel's / SLURM's OOM killer does
+    out = finish(proc, log)
+
+    requested = [int(m) for m in RESOURCES.findall(out)]
+    assert len(requested) == 2, f"expected two attempts, got resources lines {requested}:\n{out}"
+    assert requested[1] > requested[0], f"attempt 2 must request more mem_mb: {requested}"
+    assert finished_jobs(out) == Counter({"score_clean": 1})
+    assert "Error in rule score_clean" in out  # attempt 1 failed ...
+    clean = "results/tiny-llama/main/clean"
+    assert compare_result_trees(ref_root / clean, root / clean) == []  # ... and attempt 2 gave the same result
