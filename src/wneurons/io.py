@@ -25,6 +25,10 @@ def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it to ``path`` if the block succeeds, else delete it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # A job killed mid-write (kill -9, OOM) leaves its temporary file behind; only one job ever writes a given
+    # output, so earlier leftovers of this very target are stale and can go.
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)

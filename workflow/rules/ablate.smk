@@ -10,7 +10,7 @@ rule score_clean:
         "benchmarks/score_clean/{model}/{revision}/{benchmark}.tsv"
     conda:
         "../../environment.yml"
-    threads: 2
+    threads: 1
     resources:
         gpu=1,
         mem_mb=mem_mb,
@@ -35,7 +35,7 @@ rule matched_search:
         "benchmarks/matched_search/{model}/{revision}/{scope}/p{fraction}.tsv"
     conda:
         "../../environment.yml"
-    threads: 2
+    threads: 1
     resources:
         gpu=1,
         mem_mb=mem_mb,
@@ -59,7 +59,7 @@ rule score_ablation:
         "benchmarks/score_ablation/{model}/{revision}/{scope}/{selector}/p{fraction}/t{trial}/{benchmark}.tsv"
     conda:
         "../../environment.yml"
-    threads: 2
+    threads: 1
     resources:
         gpu=1,
         mem_mb=mem_mb,

@@ -1,14 +1,21 @@
 """The ONLY place that turns config into paths, lists and parameters. Rules call these helpers."""
 
+import sys
 from pathlib import Path
 
-from wneurons.config import load_yaml_strict, validate_config
+from wneurons.config import ConfigError, load_yaml_strict, validate_config
 from wneurons.grid import BENCHMARKS, conditions_for, layers_for_scope
 
-# Duplicate keys (two models with one name) are lost by plain YAML; re-read the files strictly to catch them.
-for _configfile in workflow.configfiles:
-    load_yaml_strict(_configfile)
-validate_config(config, Path(workflow.basedir) / "workflow/schemas/config.schema.yaml")
+try:
+    # Duplicate keys (two models with one name) are lost by plain YAML; re-read the files strictly to catch them.
+    for _configfile in workflow.configfiles:
+        load_yaml_strict(_configfile)
+    validate_config(
+        config, Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"
+    )
+except ConfigError as err:
+    # The message names the key; Snakemake would add a traceback into this file, which only distracts.
+    sys.exit(str(err))
 
 MODELS = config["models"]
 

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Run the demo DAG again, through `--profile profiles/slurm --profile profiles/slurm-ci` on the one-node localhost
+# cluster of up.sh, and require its results to equal those of the local run (`make demo`) that came before.
+#
+#   bash .ci/slurm/run-demo.sh        # after `make demo`; .ci/run calls it
+#
+# The local run's results/, logs/, resources/models and resources/activations are moved to $REFERENCE, so the
+# SLURM run converts the model, collects the activations and scores everything itself; the fetched data
+# (resources/data: a checksummed copy, no computation) is kept. Checked: Snakemake succeeds within $TIMEOUT s;
+# every job of a GPU rule was submitted with --gpus=1 and SLURM recorded a gpu request for it, and no other job
+# asked for one; `python -m wneurons.compare` finds no difference; the activation shards are byte-identical.
+# The cluster is stopped (down.sh, by pid) on exit, whatever happened.
+#
+# Environment (defaults run the demo in the repository; the others let it run on the tiny test project):
+#   SLURM_DEMO_DIR        working directory (Snakemake -d) holding the local run     (default: the repository)
+#   SLURM_DEMO_CONFIG     config file                                                 (default config/demo.yaml)
+#   SLURM_DEMO_TARGETS    targets                                                     (default all)
+#   SLURM_DEMO_TIMEOUT    seconds before Snakemake is killed                          (default 3600)
+#   SLURM_DEMO_REFERENCE  where the local run is moved             (default $SLURM_DEMO_DIR/.snakemake/ci-local-run)
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+cd "$REPO"
+WORKDIR=$(cd "${SLURM_DEMO_DIR:-$REPO}" && pwd)
+CONFIG=$(realpath "${SLURM_DEMO_CONFIG:-config/demo.yaml}")
+read -r -a TARGETS <<<"${SLURM_DEMO_TARGETS:-all}"
+TIMEOUT=${SLURM_DEMO_TIMEOUT:-3600}
+REFERENCE=${SLURM_DEMO_REFERENCE:-$WORKDIR/.snakemake/ci-local-run}
+PYTHON=$REPO/.venv/bin/python
+# Rules that declare `gpu=1` (workflow/rules/*.smk); every other rule must not ask for a GPU.
+mapfile -t GPU_RULES < <(awk '/^rule / { rule = $2; sub(":", "", rule) } /^[[:space:]]+gpu=1,/ { print rule }' \
+  "$REPO"/workflow/rules/*.smk | sort -u)
+
+log() { echo "run-demo.sh: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+[ -d "$WORKDIR/results" ] || die "$WORKDIR/results is missing: run the local demo (make demo) first"
+[ "${#GPU_RULES[@]}" -gt 0 ] || die "found no rule with gpu=1 in workflow/rules"
+
+# 1. The local run becomes the reference.
+rm -rf "$REFERENCE"
+mkdir -p "$REFERENCE"
+for d in results logs resources/models resources/activations; do
+  if [ -e "$WORKDIR/$d" ]; then
+    mkdir -p "$(dirname "$REFERENCE/$d")"
+    mv "$WORKDIR/$d" "$REFERENCE/$d"
+  fi
+done
+log "local run moved to $REFERENCE"
+
+# 2. The cluster, stopped on any exit. The squeue poller records SLURM's own view of every job (MinJobAge=600
+# keeps finished jobs listed for a while, and it polls every 2 s, so none is missed).
+SLURM_LOG=$WORKDIR/.snakemake/ci-slurm-run.log
+QUEUE_LOG=$WORKDIR/.snakemake/ci-slurm-squeue.log
+POLLER=""
+cleanup() {
+  [ -n "$POLLER" ] && kill "$POLLER" 2>/dev/null
+  bash "$HERE/down.sh"
+}
+trap cleanup EXIT
+bash "$HERE/up.sh"
+: >"$QUEUE_LOG"
+(while sleep 2; do
+  timeout 10 squeue -h -t all -O JobID:16,Name:40,tres-per-job:32,Comment:1000 >>"$QUEUE_LOG" 2>/dev/null || true
+done) &
+POLLER=$!
+
+# 3. The run. --verbose makes the plugin print each sbatch call; </dev/null: no prompt can hang CI.
+log "snakemake through the SLURM profiles: ${TARGETS[*]} (timeout ${TIMEOUT}s)"
+start=$SECONDS
+rc=0
+timeout -s KILL "$TIMEOUT" "$REPO/.venv/bin/snakemake" -s "$REPO/Snakefile" -d "$WORKDIR" \
+  --profile profiles/slurm --profile profiles/slurm-ci --configfile "$CONFIG" --replace-workflow-config \
+  --verbose "${TARGETS[@]}" </dev/null >"$SLURM_LOG" 2>&1 || rc=$?
+wall=$((SECONDS - start))
+grep -E '^(Finished jobid|Error in rule|.*steps \([0-9]+%\) done)' "$SLURM_LOG" | tail -n 5 >&2 || true
+[ "$rc" = 0 ] || { tail -n 60 "$SLURM_LOG" >&2; die "snakemake failed (rc $rc after ${wall}s); log: $SLURM_LOG"; }
+log "SLURM run finished in ${wall}s"
+
+# 4. GPU requests: Snakemake's sbatch calls, then SLURM's record of what it allocated.
+"$PYTHON" - "$SLURM_LOG" "$QUEUE_LOG" "${GPU_RULES[@]}" <<'PY'
+import re
+import sys
+
+snakemake_log, queue_log, *gpu_rules = sys.argv[1:]
+text = open(snakemake_log).read()
+run_id = re.search(r"SLURM run ID: (\S+)", text).group(1)  # the plugin's job name for this run's jobs
+calls = [line for line in text.splitlines() if "sbatch call:" in line]
+rule_of = re.compile(r"rule_([A-Za-z0-9_]+?)(?:_wildcards_|['\" ]|$)")
+problems, submitted = [], {}
+for call in calls:
+    rule = rule_of.search(call).group(1)
+    gpu = re.search(r"--gpus[= ]1\b", call) is not None
+    submitted.setdefault(rule, []).append(gpu)
+    if gpu != (rule in gpu_rules):
+        problems.append(f"{rule}: sbatch call {'with' if gpu else 'without'} --gpus=1")
+allocated = {}
+for line in open(queue_log):
+    jobid, name, tres, comment = line.split(None, 3)
+    if name == run_id:
+        allocated[jobid] = (rule_of.search(comment).group(1), "gpu" in tres)
+for rule, gpu in allocated.values():
+    if gpu != (rule in gpu_rules):
+        problems.append(f"{rule}: SLURM job {'with' if gpu else 'without'} a gpu request")
+missing = [r for r in gpu_rules if r in submitted and not any(g for g in submitted[r])]
+for rule, flags in sorted(submitted.items()):
+    print(f"  {rule}: {len(flags)} sbatch calls, {sum(flags)} with --gpus=1")
+print(f"  SLURM listed {len(allocated)} jobs, {sum(g for _, g in allocated.values())} requesting a gpu")
+if not calls or not any(r in submitted for r in gpu_rules) or len(allocated) < len(calls) or problems + missing:
+    sys.exit("GPU request check failed: " + "; ".join(problems + missing or ["no GPU job seen"]))
+PY
+
+# 5. Same results as the local run.
+"$PYTHON" -m wneurons.compare "$REFERENCE/results" "$WORKDIR/results"
+if [ -d "$REFERENCE/resources/activations" ]; then
+  # index.json records timings; every array must be byte-identical.
+  diff -rq -x index.json "$REFERENCE/resources/activations" "$WORKDIR/resources/activations" \
+    || die "activation shards differ between the local and the SLURM run"
+  log "activation shards identical"
+fi
+log "SLURM demo run: ${wall}s, results identical to the local run"
