@@ -272,8 +272,9 @@ def figure3(ppl_path, blimp_path, tse_path, out_path) -> None:
     ax = axes[1]
     matched = _conditions_by(ppl, "all", "matched")
     if matched:
-        xs = list(matched)
-        ax.plot(xs, [c["matched_percent"] for c in matched.values()], marker="s", color="C2")
+        # (0, 0) anchors the curve: perturbing nothing is matched by perturbing nothing
+        xs = [0.0, *matched]
+        ax.plot(xs, [0.0, *(c["matched_percent"] for c in matched.values())], marker="s", color="C2")
         for x, c in matched.items():
             ax.annotate(
                 f"{c['matched_percent']:.1f}%", (x, c["matched_percent"]), xytext=(4, 4), textcoords="offset points"
