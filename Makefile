@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SNAKEMAKE := $(BIN)/snakemake
-DEMO := --configfile config/demo.yaml --replace-workflow-config
+DEMO := --configfile config/demo.yaml
 CORES ?= 2
 TORCH_SPEC ?= torch==2.13.0
 

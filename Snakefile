@@ -5,7 +5,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The paper's grid by default. A config given on the command line (e.g. config/demo.yaml) replaces it instead of
+# being merged into it; cluster jobs re-read the same command-line config, so they see the same grid.
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

@@ -70,7 +70,7 @@ log "snakemake through the SLURM profiles: ${TARGETS[*]} (timeout ${TIMEOUT}s)"
 start=$SECONDS
 rc=0
 timeout -s KILL "$TIMEOUT" "$REPO/.venv/bin/snakemake" -s "$REPO/Snakefile" -d "$WORKDIR" \
-  --profile profiles/slurm --profile profiles/slurm-ci --configfile "$CONFIG" --replace-workflow-config \
+  --profile profiles/slurm --profile profiles/slurm-ci --configfile "$CONFIG" \
   --verbose "${TARGETS[@]}" </dev/null >"$SLURM_LOG" 2>&1 || rc=$?
 wall=$((SECONDS - start))
 grep -E '^(Finished jobid|Error in rule|.*steps \([0-9]+%\) done)' "$SLURM_LOG" | tail -n 5 >&2 || true

@@ -156,7 +156,6 @@ def snakemake_command(root: Path, *args: str) -> list[str]:
         str(root),
         "--configfile",
         str(root / "config.yaml"),
-        "--replace-workflow-config",
         *args,
     ]
 
