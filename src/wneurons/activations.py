@@ -30,10 +30,9 @@ import numpy as np
 import torch
 
 from wneurons import registry
-from wneurons.io import provenance, read_json, write_json
+from wneurons.io import atomic_directory, provenance, read_json, write_json
 
 # The directory-level counterpart of io.atomic_output; shared with models.convert_gguf_wheel.
-from wneurons.models import _atomic_directory
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +264,7 @@ def collect_activation_shards(
     log.info(
         "collect %s: %d layers, %d tokens in %d windows of %d", model_name, len(modules), n_tokens, n_windows, window
     )
-    with _atomic_directory(out_dir) as tmp:
+    with atomic_directory(out_dir) as tmp:
         writer = _ShardWriter(tmp, modules, n_tokens, md_positions, dtype, model_name)
         start = last_log = time.perf_counter()
         try:

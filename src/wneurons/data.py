@@ -13,8 +13,6 @@ import json
 import os
 import pickle
 import re
-import shutil
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,7 +25,7 @@ from typing import IO, Any
 import numpy as np
 import polars as pl
 
-from wneurons.io import sha256_files, write_json
+from wneurons.io import atomic_directory, sha256_files, write_json
 
 # Pinned public copies (commits from the MANIFESTs under the shared data folder). Each entry can be
 # splatted into fetch_dataset(dest, checksums, local_dir=..., **PUBLIC_SOURCES[name]); keys are the checksum
@@ -162,9 +160,7 @@ def fetch_dataset(
     dest = Path(dest_dir)
     _check_replaceable(dest)
     source, fill = _choose_source(checksums, local_dir, url, archive_sha256, dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-    try:
+    with atomic_directory(dest) as build:
         fill(build)
         record = {
             "source": source,
@@ -172,10 +168,6 @@ def fetch_dataset(
             "sha256": sha256_files([build / name for name in checksums]),
         }
         write_json(build / SOURCE_FILE, record)
-        _move_into_place(build, dest)
-    except BaseException:
-        shutil.rmtree(build, ignore_errors=True)
-        raise
     return record
 
 
@@ -193,16 +185,6 @@ def _check_checksums(checksums: dict[str, str]) -> None:
 def _check_replaceable(dest: Path) -> None:
     if dest.exists() and not (dest.is_dir() and (not any(dest.iterdir()) or (dest / SOURCE_FILE).exists())):
         raise FileExistsError(f"{dest} exists and was not written by fetch_dataset; remove it first")
-
-
-def _move_into_place(build: Path, dest: Path) -> None:
-    if not dest.exists():
-        os.rename(build, dest)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
-    os.rename(dest, old / dest.name)
-    os.rename(build, dest)
-    shutil.rmtree(old)
 
 
 def _choose_source(

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,30 @@ def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary sibling directory of ``path``; on success it replaces ``path``, else it is removed.
+
+    The directory counterpart of :func:`atomic_output` (activation shards, converted models, fetched data sets).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            # A directory cannot be renamed over a non-empty one: move the old one aside first.
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / path.name)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

