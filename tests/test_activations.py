@@ -83,6 +83,30 @@ def test_max_tokens_whole_windows_and_float16(tiny_model, tmp_path):
     torch.testing.assert_close(torch.from_numpy(y.astype(np.float32)), ys[0], rtol=1e-3, atol=1e-4)
 
 
+def test_neuron_chunks_read_across_window_blocks(tiny_model, tmp_path):
+    # Written two windows per batch, read back neuron-major in chunks that do not align with anything.
+    model = tiny_model("gpt_neox")
+    meta = collect_activation_shards(
+        model, CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, batch_size=2, md_tokens=10, dtype="float32"
+    )
+    index = ShardIndex.load(tmp_path / "s")
+    assert index.y_blocks(1).shape == (meta["n_windows"], 96, WINDOW)
+    y = index.y(1)
+    for start, stop in [(0, 1), (5, 38), (90, 96)]:
+        np.testing.assert_array_equal(index.y_neurons(1, start, stop), y[:, start:stop].T)
+    with pytest.raises(IndexError, match="layer 7 out of range"):
+        index.y_neurons(7, 0, 1)
+
+
+def test_shards_of_an_older_format_are_refused_with_the_fix(tiny_model, tmp_path):
+    out = tmp_path / "s"
+    collect_activation_shards(tiny_model("llama"), CharTokenizer(), TEXT, out, window=WINDOW, md_tokens=10)
+    meta = json.loads((out / "index.json").read_text())
+    (out / "index.json").write_text(json.dumps({**meta, "format": 1}))
+    with pytest.raises(ValueError, match=r"shard format 1, this package reads 2; remove .* and collect again"):
+        ShardIndex.load(out)
+
+
 def test_failure_mid_collect_leaves_no_directory(tiny_model, tmp_path):
     model = tiny_model("llama")
     calls = []

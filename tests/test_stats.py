@@ -238,3 +238,60 @@ def test_mapping_difficulty_scale_invariance_and_identical_pairs():
     torch.testing.assert_close(stats.mapping_difficulty(x2, y2), stats.mapping_difficulty(x[2:], y[2:]))
     with pytest.raises(ValueError, match="even number"):
         stats.mapping_difficulty(x[:5], y[:5])
+
+
+def _tied_float16_columns(n: int, seed: int) -> np.ndarray:
+    """float16 columns with many ties, both zeros, an all-negative and an all-positive neuron."""
+    cols = _mixed_columns(n, seed).astype(np.float16)
+    rng = np.random.default_rng(seed)
+    coarse = np.round(rng.standard_normal(n) * 4) / 4  # ~30 distinct values: long runs of ties
+    zeros = np.where(rng.random(n) < 0.5, np.float16(-0.0), np.float16(0.0)) + (rng.random(n) < 0.3)
+    negative = -np.abs(rng.standard_normal(n)) - 0.1
+    positive = np.abs(rng.standard_t(2, n)) + 0.1
+    return np.concatenate([cols, np.stack([coarse, zeros, negative, positive], axis=1).astype(np.float16)], axis=1)
+
+
+@pytest.mark.parametrize("n", [3, 257, 5_000])
+def test_float16_counting_and_sorting_paths_agree_with_float64(monkeypatch, n):
+    # The counting path (runs of ties from a key histogram) and the sorting path (order statistics) must give the
+    # float64 path's numbers for the same values, ties and signed zeros included.
+    y = _tied_float16_columns(n, seed=n)
+    reference = stats._statistics_nk(y.astype(np.float64), chunk_neurons=5, gaussian_sorted=np.sort(np.arange(n) / n))
+    for threshold in (n + 1, 2):  # sorting, then counting
+        monkeypatch.setattr(stats, "HISTOGRAM_MIN_TOKENS", threshold)
+        got = stats._statistics_nk(y, chunk_neurons=5, gaussian_sorted=np.sort(np.arange(n) / n))
+        for name in ("wd", "wd_negative", "frac_negative", "mean", "std", "skewness", "kurtosis", "wd_sampled"):
+            np.testing.assert_allclose(getattr(got, name), getattr(reference, name), rtol=1e-12, atol=1e-12)
+    assert reference.frac_negative[-2] == 1.0 and reference.frac_negative[-1] == 0.0
+
+
+def test_counting_path_matches_quadrature_and_scipy(monkeypatch):
+    monkeypatch.setattr(stats, "HISTOGRAM_MIN_TOKENS", 2)
+    # Column 0 (Gaussian) and the four tied columns; scipy.quad returns inf on the first interval of the float16
+    # exponential column (its minimum sits far in the tail), a limit of the reference, not of the closed form.
+    y = _tied_float16_columns(300, seed=21)[:, [0, 5, 6, 7, 8]]
+    wd = stats.wasserstein_distance_to_normal(y).numpy()
+    expected = [_w1_by_quadrature(y[:, k].astype(np.float64)) for k in range(y.shape[1])]
+    np.testing.assert_allclose(wd, expected, rtol=0, atol=1e-9)
+    g = np.random.default_rng(4).standard_normal(300)
+    loop = [scipy.stats.wasserstein_distance(z, g) for z in _standardize(y.astype(np.float64)).T]
+    np.testing.assert_allclose(stats.wasserstein_distance_sampled(y, seed=4).numpy(), loop, rtol=0, atol=1e-10)
+
+
+def test_constant_float16_neuron_on_both_paths(monkeypatch):
+    y = _tied_float16_columns(100, seed=22)
+    y[:, 1] = np.float16(-2.5)
+    for threshold in (10**6, 2):
+        monkeypatch.setattr(stats, "HISTOGRAM_MIN_TOKENS", threshold)
+        with pytest.raises(ValueError, match=r"neuron\(s\) \[1\]"):
+            stats.wasserstein_distance_to_normal(y)
+        s = stats._statistics_nk(y, chunk_neurons=4)
+        assert s.constant.tolist() == [k == 1 for k in range(y.shape[1])]
+        assert np.isnan(s.wd[1]) and s.mean[1] == -2.5 and s.frac_negative[1] == 1.0
+
+
+def test_nan_or_inf_input_is_named():
+    y = _mixed_columns(50, seed=23)
+    y[7, 2] = np.inf
+    with pytest.raises(ValueError, match="NaN or inf"):
+        stats.wasserstein_distance_to_normal(y)

@@ -82,7 +82,7 @@ class _NeuronView:
         if match.is_empty():
             raise ValueError(f"{label}: no neuron {neuron} in layer {layer} of the statistics table")
         index = ShardIndex.load(shard_dir)
-        y = np.asarray(index.y_neuron_major(layer)[neuron], dtype=np.float64)
+        y = index.y_neurons(layer, neuron, neuron + 1)[0].astype(np.float64)
         fn, fn_name = _activation(nonlinearity)
         activation = fn(torch.from_numpy(y)).numpy()
         n_pairs = len(index.md_positions) // 2

@@ -1,0 +1,267 @@
+"""Compiled per-neuron kernels behind :mod:`wneurons.stats`: every statistic of a neuron in one pass over its runs.
+
+A neuron's N values are reduced to **runs**: its distinct values in increasing order with their counts. Within a
+run every order statistic has the same value z, so the exact WD's sum over order statistics (see stats.py)
+
+    sum_{i in run} |z - m_i|,   m_i = mean of N(0,1) over its i-th quantile bin (increasing in i)
+
+splits at s = r + #{i in [r, e): m_i < z} into two prefix sums of m: ``z (2s - r - e) - 2 P[s] + P[r] + P[e]``
+for the run's ranks [r, e). Over a neuron that is N branch-free compares and O(1) arithmetic per run. The few
+quantile bins where z itself lies (the quantile functions cross) get the closed form with Φ(z) instead of
+|z - m_i|.
+
+Runs come from:
+
+- float16 values (the activation shards): their 16-bit patterns map to order-preserving keys, so a neuron's runs
+  are its **key histogram** (N increments into 65,536 counters, then one scan; O(N), no comparison sort) or, when
+  N is small against the key space, a radix sort of the keys (numpy's stable sort of uint16) and one scan.
+- any other float dtype: numpy's sort, each value a run of one.
+
+The authors' sampled estimate (mean |z_(i) - g_(i)| against one sorted Gaussian sample g) uses the same merge
+with g in place of the bin means. Everything accumulates in float64. The kernels hold no Python objects and
+release the GIL, so :mod:`wneurons.stats` runs neuron chunks on several threads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+# Columns of the per-neuron output array.
+WD, WD_NEGATIVE, FRAC_NEGATIVE, MEAN, STD, SKEWNESS, KURTOSIS, WD_SAMPLED = range(8)
+N_COLUMNS = 8
+
+KEY_SPACE = 1 << 16
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+
+
+def float16_keys(bits: np.ndarray) -> np.ndarray:
+    """Order-preserving uint16 keys of float16 bit patterns: key(a) < key(b) iff a < b (for non-NaN values).
+
+    Negative values have their bits inverted, non-negative ones get the sign bit set; -0.0 and +0.0 get two
+    adjacent keys with the same value.
+    """
+    bits = bits.view(np.uint16)
+    return bits ^ (((bits >> 15) * np.uint16(0x7FFF)) | np.uint16(0x8000))
+
+
+def _key_values() -> np.ndarray:
+    keys = np.arange(KEY_SPACE, dtype=np.uint32)
+    bits = np.where(keys & 0x8000, keys ^ 0x8000, keys ^ 0xFFFF).astype(np.uint16)
+    return bits.view(np.float16).astype(np.float64)
+
+
+# KEY_VALUES[key] = the float16 value with that key, as float64 (NaN patterns included; they never occur in a run
+# because the shards refuse NaN).
+KEY_VALUES = _key_values()
+
+
+@njit(nogil=True, cache=True)
+def _runs_from_histogram(bits, counts, run_keys, run_counts):
+    """Runs of one neuron's float16 values (``bits`` uint16 [N]) by counting keys; returns the number of runs.
+
+    ``counts`` is a zeroed int32 scratch of KEY_SPACE counters and is left zeroed. Only the key range actually
+    used is scanned; the scan is branch-free so that it costs the same for any occupancy.
+    """
+    lo = KEY_SPACE
+    hi = -1
+    for t in range(bits.shape[0]):
+        b = np.int32(bits[t])
+        key = b ^ (((b >> 15) * 0x7FFF) | 0x8000)
+        counts[key] += 1
+        lo = min(lo, key)
+        hi = max(hi, key)
+    d = 0
+    for key in range(lo, hi + 1):
+        c = counts[key]
+        run_keys[d] = key
+        run_counts[d] = c
+        d += c != 0
+        counts[key] = 0
+    return d
+
+
+@njit(nogil=True, cache=True)
+def _run_statistics(values, counts, d, n, bin_mean, prefix, q_lo, q_hi, g_lo, g_hi, gauss, gauss_prefix, out):
+    """All statistics of one neuron from its ``d`` runs (``values`` increasing, ``counts`` summing to n)."""
+    total = 0.0
+    for j in range(d):
+        total += counts[j] * values[j]
+    mean = total / n
+    m2 = 0.0
+    m3 = 0.0
+    m4 = 0.0
+    n_negative = 0
+    for j in range(d):
+        x = values[j] - mean
+        c = counts[j]
+        x2 = x * x
+        m2 += c * x2
+        m3 += c * x2 * x
+        m4 += c * x2 * x2
+        if values[j] < 0.0:  # the RAW sign
+            n_negative += c
+    var = m2 / n
+    std = math.sqrt(var)
+    out[MEAN] = mean
+    out[STD] = std
+    out[FRAC_NEGATIVE] = n_negative / n
+    if var == 0.0:  # a constant (dead) neuron: no standardized distribution
+        out[WD] = np.nan
+        out[WD_NEGATIVE] = np.nan
+        out[SKEWNESS] = np.nan
+        out[KURTOSIS] = np.nan
+        out[WD_SAMPLED] = np.nan
+        return
+    out[SKEWNESS] = m3 / n / (var * std)
+    out[KURTOSIS] = m4 / n / (var * var) - 3.0
+    inv_std = 1.0 / std
+    sampled = gauss.shape[0] > 0
+    wd = 0.0
+    wd_negative = 0.0
+    wd_sampled = 0.0
+    r = 0  # first rank of the run
+    for j in range(d):
+        z = (values[j] - mean) * inv_std
+        e = r + counts[j]
+        # Split of the run's ranks: sc = r + #{i in [r, e): m_i < z}. Counted branch-free over the run (O(N) in
+        # all) rather than by advancing a pointer, whose data-dependent exit mispredicts about once per run.
+        sc = r
+        for i in range(r, e):
+            sc += bin_mean[i] < z
+        part = z * (2 * sc - r - e) - 2.0 * prefix[sc] + prefix[r] + prefix[e]
+        # The quantile bin holding z can only be sc - 1 (whose mean is < z) or sc (whose mean is >= z): each bin
+        # holds its own mean. Where it lies in the run, the closed form with Φ(z) replaces |z - m_b|.
+        b = -1
+        if sc > r and z < q_hi[sc - 1]:
+            b = sc - 1
+        elif sc < e and z > q_lo[sc]:
+            b = sc
+        if b >= 0:
+            c = 0.5 * math.erfc(-z * _INV_SQRT_2)  # Φ(z)
+            crossing = n * (z * (2.0 * c - (2 * b + 1) / n) + g_lo[b] + g_hi[b]) + 2.0 * n * _INV_SQRT_2PI * math.exp(
+                -0.5 * z * z
+            )
+            part += crossing - abs(z - bin_mean[b])
+        wd += part
+        if values[j] < 0.0:
+            wd_negative += part
+        if sampled:
+            sc = r
+            for i in range(r, e):
+                sc += gauss[i] < z
+            wd_sampled += z * (2 * sc - r - e) - 2.0 * gauss_prefix[sc] + gauss_prefix[r] + gauss_prefix[e]
+        r = e
+    out[WD] = wd / n
+    out[WD_NEGATIVE] = wd_negative / n
+    out[WD_SAMPLED] = wd_sampled / n if sampled else np.nan
+
+
+@njit(nogil=True, cache=True, fastmath={"reassoc", "nsz"})
+def _order_statistics(v, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out):
+    """All statistics of one neuron from its sorted values ``v`` [N], one order statistic at a time.
+
+    For neurons with few ties (N small against the float16 key space, or float32/64 data) this beats the run
+    form: every loop but the crossing scan is branch-free and vectorizes (``reassoc`` lets LLVM split the sums
+    into SIMD lanes; the result moves in the last bits only, the same on every run).
+    """
+    n = v.shape[0]
+    total = 0.0
+    for i in range(n):
+        total += v[i]
+    mean = total / n
+    m2 = 0.0
+    m3 = 0.0
+    m4 = 0.0
+    n_negative = 0
+    for i in range(n):
+        x = v[i] - mean
+        x2 = x * x
+        m2 += x2
+        m3 += x2 * x
+        m4 += x2 * x2
+        n_negative += v[i] < 0.0  # the RAW sign; negatives are a prefix of the sorted values
+    var = m2 / n
+    std = math.sqrt(var)
+    out[MEAN] = mean
+    out[STD] = std
+    out[FRAC_NEGATIVE] = n_negative / n
+    if var == 0.0:
+        out[WD] = np.nan
+        out[WD_NEGATIVE] = np.nan
+        out[SKEWNESS] = np.nan
+        out[KURTOSIS] = np.nan
+        out[WD_SAMPLED] = np.nan
+        return
+    out[SKEWNESS] = m3 / n / (var * std)
+    out[KURTOSIS] = m4 / n / (var * var) - 3.0
+    inv_std = 1.0 / std
+    wd_negative = 0.0
+    for i in range(n_negative):
+        wd_negative += abs((v[i] - mean) * inv_std - bin_mean[i])
+    wd_positive = 0.0
+    for i in range(n_negative, n):
+        wd_positive += abs((v[i] - mean) * inv_std - bin_mean[i])
+    # Crossing bins (z inside its own quantile bin): rare, so this scan's branch is well predicted.
+    for i in range(n):
+        z = (v[i] - mean) * inv_std
+        if q_lo[i] < z and z < q_hi[i]:
+            c = 0.5 * math.erfc(-z * _INV_SQRT_2)
+            crossing = n * (z * (2.0 * c - (2 * i + 1) / n) + g_lo[i] + g_hi[i]) + 2.0 * n * _INV_SQRT_2PI * math.exp(
+                -0.5 * z * z
+            )
+            if i < n_negative:
+                wd_negative += crossing - abs(z - bin_mean[i])
+            else:
+                wd_positive += crossing - abs(z - bin_mean[i])
+    out[WD] = (wd_negative + wd_positive) / n
+    out[WD_NEGATIVE] = wd_negative / n
+    if gauss.shape[0] > 0:
+        wd_sampled = 0.0
+        for i in range(n):
+            wd_sampled += abs((v[i] - mean) * inv_std - gauss[i])
+        out[WD_SAMPLED] = wd_sampled / n
+    else:
+        out[WD_SAMPLED] = np.nan
+
+
+@njit(nogil=True, cache=True)
+def float16_block(bits, presorted, key_values, bin_mean, prefix, q_lo, q_hi, g_lo, g_hi, gauss, gauss_prefix, out):
+    """Statistics of every row of ``bits`` (uint16 [k, N]: float16 patterns, or their keys sorted per row when
+    ``presorted``) into ``out`` float64 [k, N_COLUMNS]: presorted rows one order statistic at a time, the others
+    counted into runs."""
+    k, n = bits.shape
+    if presorted:
+        values = np.empty(n, np.float64)
+        for row in range(k):
+            keys = bits[row]
+            for t in range(n):
+                values[t] = key_values[keys[t]]
+            _order_statistics(values, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out[row])
+        return
+    space = min(n, KEY_SPACE)
+    counts = np.zeros(KEY_SPACE, np.int32)
+    run_keys = np.empty(space, np.int32)
+    run_counts = np.empty(space, np.int64)
+    values = np.empty(space, np.float64)
+    for row in range(k):
+        d = _runs_from_histogram(bits[row], counts, run_keys, run_counts)
+        for j in range(d):
+            values[j] = key_values[run_keys[j]]
+        _run_statistics(
+            values, run_counts, d, n, bin_mean, prefix, q_lo, q_hi, g_lo, g_hi, gauss, gauss_prefix, out[row]
+        )
+
+
+@njit(nogil=True, cache=True)
+def sorted_block(values, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out):
+    """Statistics of every row of ``values`` (float [k, N], each row sorted) into ``out`` [k, N_COLUMNS]."""
+    k, n = values.shape
+    row_values = np.empty(n, np.float64)
+    for row in range(k):
+        for t in range(n):
+            row_values[t] = values[row, t]
+        _order_statistics(row_values, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out[row])
