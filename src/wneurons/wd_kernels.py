@@ -85,6 +85,27 @@ def _runs_from_histogram(bits, counts, run_keys, run_counts):
 
 
 @njit(nogil=True, cache=True)
+def _store_moments(out, n, mean, m2, m3, m4, n_negative):
+    """Mean, std, fraction negative, skewness and excess kurtosis from central power sums into ``out``; returns
+    1 / std, or 0 for a constant (dead) neuron, whose standardized distribution (WD, shape) is NaN."""
+    var = m2 / n
+    std = math.sqrt(var)
+    out[MEAN] = mean
+    out[STD] = std
+    out[FRAC_NEGATIVE] = n_negative / n
+    if var == 0.0:
+        out[WD] = np.nan
+        out[WD_NEGATIVE] = np.nan
+        out[SKEWNESS] = np.nan
+        out[KURTOSIS] = np.nan
+        out[WD_SAMPLED] = np.nan
+        return 0.0
+    out[SKEWNESS] = m3 / n / (var * std)
+    out[KURTOSIS] = m4 / n / (var * var) - 3.0
+    return 1.0 / std
+
+
+@njit(nogil=True, cache=True)
 def _run_statistics(values, counts, d, n, bin_mean, prefix, q_lo, q_hi, g_lo, g_hi, gauss, gauss_prefix, out):
     """All statistics of one neuron from its ``d`` runs (``values`` increasing, ``counts`` summing to n)."""
     total = 0.0
@@ -104,21 +125,9 @@ def _run_statistics(values, counts, d, n, bin_mean, prefix, q_lo, q_hi, g_lo, g_
         m4 += c * x2 * x2
         if values[j] < 0.0:  # the RAW sign
             n_negative += c
-    var = m2 / n
-    std = math.sqrt(var)
-    out[MEAN] = mean
-    out[STD] = std
-    out[FRAC_NEGATIVE] = n_negative / n
-    if var == 0.0:  # a constant (dead) neuron: no standardized distribution
-        out[WD] = np.nan
-        out[WD_NEGATIVE] = np.nan
-        out[SKEWNESS] = np.nan
-        out[KURTOSIS] = np.nan
-        out[WD_SAMPLED] = np.nan
+    inv_std = _store_moments(out, n, mean, m2, m3, m4, n_negative)
+    if inv_std == 0.0:
         return
-    out[SKEWNESS] = m3 / n / (var * std)
-    out[KURTOSIS] = m4 / n / (var * var) - 3.0
-    inv_std = 1.0 / std
     sampled = gauss.shape[0] > 0
     wd = 0.0
     wd_negative = 0.0
@@ -184,21 +193,9 @@ def _order_statistics(v, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out):
         m3 += x2 * x
         m4 += x2 * x2
         n_negative += v[i] < 0.0  # the RAW sign; negatives are a prefix of the sorted values
-    var = m2 / n
-    std = math.sqrt(var)
-    out[MEAN] = mean
-    out[STD] = std
-    out[FRAC_NEGATIVE] = n_negative / n
-    if var == 0.0:
-        out[WD] = np.nan
-        out[WD_NEGATIVE] = np.nan
-        out[SKEWNESS] = np.nan
-        out[KURTOSIS] = np.nan
-        out[WD_SAMPLED] = np.nan
+    inv_std = _store_moments(out, n, mean, m2, m3, m4, n_negative)
+    if inv_std == 0.0:
         return
-    out[SKEWNESS] = m3 / n / (var * std)
-    out[KURTOSIS] = m4 / n / (var * var) - 3.0
-    inv_std = 1.0 / std
     wd_negative = 0.0
     for i in range(n_negative):
         wd_negative += abs((v[i] - mean) * inv_std - bin_mean[i])
