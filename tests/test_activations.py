@@ -205,3 +205,22 @@ def test_figures_1_and_2a_from_shards(tiny_model, tmp_path):
     figure2a({"llama": llama_stats, "opt": opt_stats}, layer=0, out_path=path2)
     assert path2.read_bytes().startswith(b"\x89PNG")
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".png") == ["figure2a.png"]  # no temp files
+
+
+@pytest.mark.parametrize("threshold", [10**9, 2])  # float16 shards: radix-sort path, then counting path
+def test_statistics_from_float16_window_blocks_equal_the_public_functions(tiny_model, tmp_path, monkeypatch, threshold):
+    monkeypatch.setattr(stats, "HISTOGRAM_MIN_TOKENS", threshold)
+    out = tmp_path / "shards"
+    collect_activation_shards(
+        tiny_model("llama"), CharTokenizer(), TEXT, out, window=WINDOW, batch_size=2, md_tokens=40
+    )
+    table = stats.neuron_statistics(out, md_pairs=20, chunk_neurons=9)
+    index = ShardIndex.load(out)
+    for layer in range(index.n_layers):
+        y = index.y(layer)  # float16 [N, K]
+        rows = table.filter(pl.col("layer") == layer)
+        np.testing.assert_allclose(rows["wd"].to_numpy(), stats.wasserstein_distance_to_normal(y).numpy(), rtol=1e-12)
+        neg = stats.sign_split(y)[0].numpy()
+        np.testing.assert_allclose(rows["wd_negative"].to_numpy(), neg, rtol=1e-12, atol=1e-15)
+        md = stats.mapping_difficulty(index.x_md(layer)[:40], y[index.md_positions[:40]]).numpy()
+        np.testing.assert_allclose(rows["md"].to_numpy(), md, rtol=1e-12)

@@ -121,21 +121,27 @@ class _Engine:
         self.pairs = pairs
 
     def __call__(self, block: np.ndarray) -> _ChunkStats:
-        """All statistics of ``block`` [k, N] (any float dtype; float16 takes the counting path)."""
-        k, n = block.shape
+        """All statistics of ``block``: [k, N], or [k, n_windows, window] (any strides, e.g. the shards' read view).
+
+        Any float dtype; float16 goes by keys: radix-sorted (small N) or counted (large N).
+        """
+        k, n = block.shape[0], self.n
+        if math.prod(block.shape[1:]) != n:
+            raise ValueError(f"block of shape {block.shape} does not hold N = {n} tokens per neuron")
         g = self.grid
         grid_args = (g.bin_mean, g.prefix, g.q_lo, g.q_hi, g.g_lo, g.g_hi, self.gaussian, self.gaussian_prefix)
         out = np.empty((k, wd_kernels.N_COLUMNS))
         if block.dtype == np.float16:
-            bits = np.ascontiguousarray(block).view(np.uint16)
             presorted = n < HISTOGRAM_MIN_TOKENS
-            if presorted:  # numpy's stable sort of uint16 is a radix sort
-                bits = np.sort(wd_kernels.float16_keys(bits), axis=-1, kind="stable")
+            if presorted:  # one pass lays the keys out per neuron; numpy's stable uint16 sort is a radix sort
+                bits = wd_kernels.float16_keys(block).reshape(k, n)
+                bits.sort(axis=-1, kind="stable")
+            else:
+                bits = np.ascontiguousarray(block).reshape(k, n).view(np.uint16)
             wd_kernels.float16_block(bits, presorted, wd_kernels.KEY_VALUES, *grid_args, out)
         else:
-            wd_kernels.sorted_block(
-                np.sort(block, axis=-1), g.bin_mean, g.q_lo, g.q_hi, g.g_lo, g.g_hi, self.gaussian, out
-            )
+            values = np.sort(np.ascontiguousarray(block).reshape(k, n), axis=-1)
+            wd_kernels.sorted_block(values, g.bin_mean, g.q_lo, g.q_hi, g.g_lo, g.g_hi, self.gaussian, out)
         wd, wd_negative = out[:, wd_kernels.WD], out[:, wd_kernels.WD_NEGATIVE]
         return _ChunkStats(
             wd=wd,
@@ -328,10 +334,18 @@ def _pairs_for(x: np.ndarray, columns: np.ndarray) -> _Pairs:
     return _Pairs(first=columns[0::2][keep], second=columns[1::2][keep], weight=d_x.max() / d_x)
 
 
+def _columns(block: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Token ``positions`` of every neuron of a [k, N] or [k, n_windows, window] block: [k, len(positions)]."""
+    if block.ndim == 2:
+        return block[:, positions]
+    window = block.shape[2]
+    return block[:, positions // window, positions % window]
+
+
 def _md_rows(block: np.ndarray, pairs: _Pairs) -> np.ndarray:
     """MD of each row (neuron) of the neuron-major ``block`` [k, N]: mean over pairs of (d_y / median(d_y)) times
     max(d_x) / d_x. A neuron with median d_y = 0 gets NaN."""
-    d_y = np.abs(block[:, pairs.first].astype(np.float64) - block[:, pairs.second])  # [k, P]
+    d_y = np.abs(_columns(block, pairs.first).astype(np.float64) - _columns(block, pairs.second))  # [k, P]
     # numpy's median (the mean of the two middle values for even P) from a SIMD sort of each row: 3x faster here
     # than np.median's partition.
     ordered = np.sort(d_y, axis=1)
@@ -402,7 +416,7 @@ def neuron_statistics(
         if md_pairs is not None:
             pairs = _pairs_for(index.x_md(layer)[: 2 * md_pairs], index.md_positions[: 2 * md_pairs])
         stats = _all_neurons(
-            lambda start, stop, layer=layer: index.y_neurons(layer, start, stop),  # one chunk in memory at a time
+            lambda start, stop, layer=layer: index.y_neuron_windows(layer, start, stop),  # one chunk in memory
             n_neurons,
             n_tokens,
             chunk_neurons=chunk_neurons,

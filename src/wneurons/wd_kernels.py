@@ -38,14 +38,20 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
 
 
-def float16_keys(bits: np.ndarray) -> np.ndarray:
+def float16_keys(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Order-preserving uint16 keys of float16 bit patterns: key(a) < key(b) iff a < b (for non-NaN values).
 
     Negative values have their bits inverted, non-negative ones get the sign bit set; -0.0 and +0.0 get two
-    adjacent keys with the same value.
+    adjacent keys with the same value. ``bits`` may be any strided view; the keys go to ``out`` (a new C-ordered
+    array by default), so the transform also lays them out.
     """
     bits = bits.view(np.uint16)
-    return bits ^ (((bits >> 15) * np.uint16(0x7FFF)) | np.uint16(0x8000))
+    out = np.empty(bits.shape, np.uint16) if out is None else out
+    np.right_shift(bits, 15, out=out)
+    np.multiply(out, np.uint16(0x7FFF), out=out)
+    np.bitwise_or(out, np.uint16(0x8000), out=out)
+    np.bitwise_xor(out, bits, out=out)
+    return out
 
 
 def _key_values() -> np.ndarray:
