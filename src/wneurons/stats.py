@@ -170,24 +170,22 @@ def _all_neurons(
 ) -> _ChunkStats:
     """Statistics of neurons 0..n_neurons-1; ``get_block(start, stop)`` returns their [stop - start, N] values.
 
-    Chunks are shared round-robin among ``threads`` workers (default: torch's thread count, which honours
-    OMP_NUM_THREADS); the kernels and numpy's sort release the GIL.
+    Chunks go to ``threads`` workers as they free up (default: torch's thread count, which honours
+    OMP_NUM_THREADS); the kernels, numpy's sort and the shard reads release the GIL.
     """
     if chunk_neurons < 1:
         raise ValueError(f"chunk_neurons must be >= 1, got {chunk_neurons}")
     engine = _Engine(n_tokens, gaussian_sorted, pairs)
-    starts = list(range(0, n_neurons, chunk_neurons))
+    starts = range(0, n_neurons, chunk_neurons)
     threads = max(1, min(len(starts), torch.get_num_threads() if threads is None else threads))
 
-    def work(worker: int) -> list[tuple[int, _ChunkStats]]:
-        return [(s, engine(get_block(s, min(s + chunk_neurons, n_neurons)))) for s in starts[worker::threads]]
+    def work(start: int) -> _ChunkStats:
+        return engine(get_block(start, min(start + chunk_neurons, n_neurons)))
 
     if threads == 1:
-        done = work(0)
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            done = [item for part in pool.map(work, range(threads)) for item in part]
-    return _ChunkStats.concatenate([part for _, part in sorted(done, key=lambda item: item[0])])
+        return _ChunkStats.concatenate([work(start) for start in starts])
+    with ThreadPoolExecutor(threads) as pool:
+        return _ChunkStats.concatenate(list(pool.map(work, starts)))
 
 
 def _as_numpy(y: torch.Tensor | np.ndarray, name: str = "y") -> np.ndarray:
