@@ -22,10 +22,12 @@ of the raw pre-activation (mean, std).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +66,7 @@ class _QuantileGrid:
     prefix: np.ndarray  # [N + 1]: prefix sums of bin_mean
 
     @classmethod
+    @functools.lru_cache(maxsize=4)  # every layer of a shard directory has the same N
     def for_n(cls, n: int) -> _QuantileGrid:
         q = special.ndtri(np.arange(n + 1, dtype=np.float64) / n)  # ±inf at the ends, as wanted
         g = -np.exp(-0.5 * q * q) / math.sqrt(2.0 * math.pi)
@@ -97,11 +100,10 @@ class _ChunkStats:
 
 @dataclass(frozen=True)
 class _Pairs:
-    """MD's token pairs for one layer: columns ``first`` / ``second`` of the neuron-major block, and the weight
-    max(d_x) / d_x of each pair whose inputs differ (identical-input pairs are dropped)."""
+    """MD's token pairs for one layer: ``columns`` = [first tokens..., second tokens...] (positions in N) and the
+    weight max(d_x) / d_x of each pair whose inputs differ (identical-input pairs are dropped)."""
 
-    first: np.ndarray
-    second: np.ndarray
+    columns: np.ndarray
     weight: np.ndarray
 
 
@@ -131,16 +133,24 @@ class _Engine:
         g = self.grid
         grid_args = (g.bin_mean, g.prefix, g.q_lo, g.q_hi, g.g_lo, g.g_hi, self.gaussian, self.gaussian_prefix)
         out = np.empty((k, wd_kernels.N_COLUMNS))
+        md = None
         if block.dtype == np.float16:
             presorted = n < HISTOGRAM_MIN_TOKENS
             if presorted:  # one pass lays the keys out per neuron; numpy's stable uint16 sort is a radix sort
                 bits = wd_kernels.float16_keys(block).reshape(k, n)
+                if self.pairs is not None:  # MD's values, gathered from the contiguous keys before they are sorted
+                    md = _md_rows(wd_kernels.KEY_VALUES[bits[:, self.pairs.columns]], self.pairs)
                 bits.sort(axis=-1, kind="stable")
             else:
                 bits = np.ascontiguousarray(block).reshape(k, n).view(np.uint16)
+                if self.pairs is not None:
+                    md = _md_rows(bits[:, self.pairs.columns].view(np.float16), self.pairs)
             wd_kernels.float16_block(bits, presorted, wd_kernels.KEY_VALUES, *grid_args, out)
         else:
-            values = np.sort(np.ascontiguousarray(block).reshape(k, n), axis=-1)
+            values = np.ascontiguousarray(block).reshape(k, n)
+            if self.pairs is not None:
+                md = _md_rows(values[:, self.pairs.columns], self.pairs)
+            values = np.sort(values, axis=-1)
             wd_kernels.sorted_block(values, g.bin_mean, g.q_lo, g.q_hi, g.g_lo, g.g_hi, self.gaussian, out)
         wd, wd_negative = out[:, wd_kernels.WD], out[:, wd_kernels.WD_NEGATIVE]
         return _ChunkStats(
@@ -154,7 +164,7 @@ class _Engine:
             kurtosis=out[:, wd_kernels.KURTOSIS],
             constant=out[:, wd_kernels.STD] == 0.0,
             wd_sampled=out[:, wd_kernels.WD_SAMPLED] if self.gaussian.size else None,
-            md=None if self.pairs is None else _md_rows(block, self.pairs),
+            md=md,
         )
 
 
@@ -179,13 +189,30 @@ def _all_neurons(
     starts = range(0, n_neurons, chunk_neurons)
     threads = max(1, min(len(starts), torch.get_num_threads() if threads is None else threads))
 
-    def work(start: int) -> _ChunkStats:
-        return engine(get_block(start, min(start + chunk_neurons, n_neurons)))
-
     if threads == 1:
-        return _ChunkStats.concatenate([work(start) for start in starts])
+        return _ChunkStats.concatenate(
+            [engine(get_block(start, min(start + chunk_neurons, n_neurons))) for start in starts]
+        )
     with ThreadPoolExecutor(threads) as pool:
-        return _ChunkStats.concatenate(list(pool.map(work, starts)))
+        return _gather(_submit(pool, engine, get_block, n_neurons, chunk_neurons))
+
+
+def _submit(
+    pool: ThreadPoolExecutor,
+    engine: _Engine,
+    get_block: Callable[[int, int], np.ndarray],
+    n_neurons: int,
+    chunk_neurons: int,
+) -> list[Future]:
+    """One task per neuron chunk; each reads its own block when it runs, so memory holds a chunk per thread."""
+    return [
+        pool.submit(lambda start: engine(get_block(start, min(start + chunk_neurons, n_neurons))), start)
+        for start in range(0, n_neurons, chunk_neurons)
+    ]
+
+
+def _gather(futures: list[Future]) -> _ChunkStats:
+    return _ChunkStats.concatenate([future.result() for future in futures])
 
 
 def _as_numpy(y: torch.Tensor | np.ndarray, name: str = "y") -> np.ndarray:
@@ -329,28 +356,20 @@ def _pairs_for(x: np.ndarray, columns: np.ndarray) -> _Pairs:
             "mapping_difficulty: %d of %d pairs have identical inputs and are left out", (~keep).sum(), keep.size
         )
     d_x = d_x[keep]
-    return _Pairs(first=columns[0::2][keep], second=columns[1::2][keep], weight=d_x.max() / d_x)
+    return _Pairs(columns=np.concatenate([columns[0::2][keep], columns[1::2][keep]]), weight=d_x.max() / d_x)
 
 
-def _columns(block: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """Token ``positions`` of every neuron of a [k, N] or [k, n_windows, window] block: [k, len(positions)]."""
-    if block.ndim == 2:
-        return block[:, positions]
-    window = block.shape[2]
-    return block[:, positions // window, positions % window]
-
-
-def _md_rows(block: np.ndarray, pairs: _Pairs) -> np.ndarray:
-    """MD of each row (neuron) of the neuron-major ``block`` [k, N]: mean over pairs of (d_y / median(d_y)) times
-    max(d_x) / d_x. A neuron with median d_y = 0 gets NaN."""
-    d_y = np.abs(_columns(block, pairs.first).astype(np.float64) - _columns(block, pairs.second))  # [k, P]
+def _md_rows(values: np.ndarray, pairs: _Pairs) -> np.ndarray:
+    """MD of each neuron from its values at ``pairs.columns`` ([k, 2P]: first tokens, then second tokens): mean
+    over pairs of (d_y / median(d_y)) times max(d_x) / d_x. A neuron with median d_y = 0 gets NaN."""
+    p = pairs.weight.size
+    d_y = np.abs(values[:, :p].astype(np.float64) - values[:, p:])  # [k, P]
     # numpy's median (the mean of the two middle values for even P) from a SIMD sort of each row: 3x faster here
     # than np.median's partition.
     ordered = np.sort(d_y, axis=1)
-    p = d_y.shape[1]
     median = (ordered[:, (p - 1) // 2] + ordered[:, p // 2]) / 2
     with np.errstate(divide="ignore", invalid="ignore"):
-        md = (d_y @ pairs.weight) / (median * d_y.shape[1])
+        md = (d_y @ pairs.weight) / (median * p)
     md[median == 0] = np.nan
     return md
 
@@ -369,7 +388,8 @@ def mapping_difficulty(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarra
     xa, ya = _as_numpy(x, "x"), _as_numpy(y, "y")
     if xa.shape[0] != ya.shape[0] or xa.shape[0] % 2:
         raise ValueError(f"x and y need the same even number of rows (2P), got {xa.shape[0]} and {ya.shape[0]}")
-    return torch.from_numpy(_md_rows(ya.T, _pairs_for(xa, np.arange(xa.shape[0]))))
+    pairs = _pairs_for(xa, np.arange(xa.shape[0]))
+    return torch.from_numpy(_md_rows(ya.T[:, pairs.columns], pairs))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -401,6 +421,8 @@ def neuron_statistics(
 
     if wd_method not in WD_METHODS:
         raise ValueError(f"wd_method must be one of {WD_METHODS}, got {wd_method!r}")
+    if chunk_neurons < 1:
+        raise ValueError(f"chunk_neurons must be >= 1, got {chunk_neurons}")
     index = ShardIndex.load(shard_dir)
     if md_pairs is not None and not 1 <= 2 * md_pairs <= len(index.md_positions):
         raise ValueError(
@@ -408,19 +430,8 @@ def neuron_statistics(
             f"{len(index.md_positions)} (collect with a larger md_tokens)"
         )
     frames = []
-    for layer in range(index.n_layers) if layers is None else layers:
-        n_neurons, n_tokens = index.y_blocks(layer).shape[1], index.n_tokens  # checks the layer and the file
-        pairs = None
-        if md_pairs is not None:
-            pairs = _pairs_for(index.x_md(layer)[: 2 * md_pairs], index.md_positions[: 2 * md_pairs])
-        stats = _all_neurons(
-            lambda start, stop, layer=layer: index.y_neuron_windows(layer, start, stop),  # one chunk in memory
-            n_neurons,
-            n_tokens,
-            chunk_neurons=chunk_neurons,
-            gaussian_sorted=sorted_gaussian_sample(n_tokens, [seed, layer]) if wd_method != "exact" else None,
-            pairs=pairs,
-        )
+
+    def table(layer: int, n_neurons: int, stats: _ChunkStats) -> pl.DataFrame:
         frame = {
             "layer": np.full(n_neurons, layer, dtype=np.int32),
             "neuron": np.arange(n_neurons, dtype=np.int32),
@@ -432,12 +443,32 @@ def neuron_statistics(
             "std": stats.std,
             "skewness": stats.skewness,
             "kurtosis": stats.kurtosis,
-            "md": stats.md if pairs is not None else np.full(n_neurons, np.nan),
+            "md": stats.md if md_pairs is not None else np.full(n_neurons, np.nan),
             "constant": stats.constant,
         }
         if wd_method != "exact":
             frame["wd_sampled"] = stats.wd_sampled
         if stats.constant.any():
             log.warning("layer %d: %d constant (dead) neurons; their WD is NaN", layer, stats.constant.sum())
-        frames.append(pl.DataFrame(frame))
+        return pl.DataFrame(frame)
+
+    # One pool for all layers, and layer L+1's tasks queued before layer L's results are collected: the workers
+    # never wait for the main thread's per-layer setup and table building. At most two layers are in flight.
+    in_flight: deque[tuple[int, int, list[Future]]] = deque()
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        for layer in range(index.n_layers) if layers is None else layers:
+            n_neurons, n_tokens = index.y_blocks(layer).shape[1], index.n_tokens  # checks the layer and the file
+            pairs = None
+            if md_pairs is not None:
+                pairs = _pairs_for(index.x_md(layer)[: 2 * md_pairs], index.md_positions[: 2 * md_pairs])
+            gaussian = sorted_gaussian_sample(n_tokens, [seed, layer]) if wd_method != "exact" else None
+            engine = _Engine(n_tokens, gaussian, pairs)
+            get_block = functools.partial(index.y_neuron_windows, layer)  # one chunk in memory per task
+            in_flight.append((layer, n_neurons, _submit(pool, engine, get_block, n_neurons, chunk_neurons)))
+            if len(in_flight) == 2:
+                done_layer, done_neurons, futures = in_flight.popleft()
+                frames.append(table(done_layer, done_neurons, _gather(futures)))
+        while in_flight:
+            done_layer, done_neurons, futures = in_flight.popleft()
+            frames.append(table(done_layer, done_neurons, _gather(futures)))
     return pl.concat(frames)
