@@ -224,3 +224,20 @@ def test_statistics_from_float16_window_blocks_equal_the_public_functions(tiny_m
         np.testing.assert_allclose(rows["wd_negative"].to_numpy(), neg, rtol=1e-12, atol=1e-15)
         md = stats.mapping_difficulty(index.x_md(layer)[:40], y[index.md_positions[:40]]).numpy()
         np.testing.assert_allclose(rows["md"].to_numpy(), md, rtol=1e-12)
+
+
+def test_a_failed_shard_write_surfaces_and_leaves_nothing(tiny_model, tmp_path, monkeypatch):
+    import errno
+
+    from wneurons import activations
+
+    def disk_full(fd, data, position):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(activations.os, "pwrite", disk_full)
+    with pytest.raises(OSError, match="writing activation shards in .* failed") as info:
+        collect_activation_shards(
+            tiny_model("llama"), CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, md_tokens=10
+        )
+    assert info.value.__cause__.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []

@@ -18,6 +18,7 @@ renamed at the end, so a killed job leaves nothing that looks finished.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -164,6 +165,24 @@ def _neuron_major(tokens: np.ndarray, rows: int = 64) -> np.ndarray:
     return out
 
 
+def _pwrite_all(fd: int, array: np.ndarray, position: int) -> None:
+    data = memoryview(np.ascontiguousarray(array)).cast("B")
+    while data:
+        written = os.pwrite(fd, data, position)
+        data, position = data[written:], position + written
+
+
+def _write_block(fd: int, block: np.ndarray, transposed: bool, position: int) -> None:
+    """One batch of one layer's y: [windows, K, window] as is, or [windows, window, K] transposed first."""
+    _pwrite_all(fd, block if transposed else _neuron_major(block), position)
+
+
+def _write_rows(fd: int, rows: np.ndarray, positions: np.ndarray) -> None:
+    """MD inputs: row i of ``rows`` at byte ``positions[i]`` (a few hundred rows per batch, scattered)."""
+    for row, position in zip(rows, positions.tolist(), strict=True):
+        _pwrite_all(fd, row, position)
+
+
 class _StopForward(Exception):
     """Raised by the hook of the last projection: nothing the model computes after it is collected."""
 
@@ -190,23 +209,26 @@ class _ShardWriter:
         # md_row[p] = row of token position p in the x shards, or -1: one lookup per batch, no search.
         self.md_row = np.full(n_tokens, -1, dtype=np.int64)
         self.md_row[md_positions] = np.arange(len(md_positions))
-        self.data_offsets: list[int] = []
-        self.fds: list[int] = []
+        # Per layer and file (y, x): the .npy header's length, where the data start, and a write descriptor.
+        self.data_offsets: list[tuple[int, int]] = []
         for layer, (k, d_in) in enumerate(self.shapes):
-            shard = np.lib.format.open_memmap(
+            y = np.lib.format.open_memmap(
                 directory / _y_file(layer), "w+", self.np_dtype, (n_tokens // window, k, window)
             )
-            self.data_offsets.append(int(shard.offset))  # the .npy header's length
-            del shard
-            np.lib.format.open_memmap(directory / _x_file(layer), "w+", np.float32, (len(md_positions), d_in)).flush()
-        self.fds = [os.open(directory / _y_file(layer), os.O_WRONLY) for layer in range(len(self.shapes))]
+            x = np.lib.format.open_memmap(directory / _x_file(layer), "w+", np.float32, (len(md_positions), d_in))
+            self.data_offsets.append((int(y.offset), int(x.offset)))
+            del y, x
+        self.fds = [
+            (os.open(directory / _y_file(layer), os.O_WRONLY), os.open(directory / _x_file(layer), os.O_WRONLY))
+            for layer in range(len(self.shapes))
+        ]
         self.offset = 0
         self.write_seconds = 0.0  # time spent in the hooks, reported in index.json
         # Blocks are transposed and written by a writer thread: the forward pass leaves a core partly idle
         # (measured: 1.8 of 2 cores busy), and the kernel's page-cache work for a fresh file is slow (0.5-1 GB/s
         # on ext4 here). At most one batch of blocks (one per layer) waits in the queue.
         self.pwrite_seconds = 0.0
-        self._queue: queue.Queue = queue.Queue(maxsize=len(modules))
+        self._queue: queue.Queue = queue.Queue(maxsize=2 * len(modules))  # a y block and x rows per layer
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._drain, name="shard-writer", daemon=True)
         self._thread.start()
@@ -249,17 +271,16 @@ class _ShardWriter:
             block = y.reshape(-1, self.window, k).to(self.torch_dtype).transpose(1, 2).contiguous().cpu().numpy()
             transposed = True
         self._raise_write_error()
-        position = self.data_offsets[layer] + (self.offset // self.window) * block[0].nbytes
-        self._queue.put((layer, block, transposed, position))
+        position = self.data_offsets[layer][0] + (self.offset // self.window) * block[0].nbytes
+        self._queue.put(functools.partial(_write_block, self.fds[layer][0], block, transposed, position))
         rows = self.md_row[self.offset : self.offset + n]
         picked = np.flatnonzero(rows >= 0)
         if picked.size:
-            x = x.detach().reshape(-1, d_in)[torch.from_numpy(picked).to(x.device)].float().cpu()
-            if not torch.isfinite(x).all():
+            x = x.detach().reshape(-1, d_in)[torch.from_numpy(picked).to(x.device)].float().cpu().numpy()
+            if not np.isfinite(x).all():
                 raise FloatingPointError(f"{self.model_name}: layer {layer} projection inputs contain NaN or inf")
-            inputs = np.load(self.directory / _x_file(layer), mmap_mode="r+")
-            inputs[rows[picked]] = x.numpy()
-            del inputs
+            positions = self.data_offsets[layer][1] + rows[picked] * (d_in * x.itemsize)
+            self._queue.put(functools.partial(_write_rows, self.fds[layer][1], x, positions))
         self.write_seconds += time.perf_counter() - start
         self.calls[layer] += 1
 
@@ -267,14 +288,9 @@ class _ShardWriter:
         while (item := self._queue.get()) is not None:
             if self._error is not None:
                 continue  # keep taking blocks so that the producer never blocks on a dead writer
-            layer, block, transposed, position = item
             start = time.perf_counter()
             try:
-                data = memoryview(block if transposed else _neuron_major(block)).cast("B")
-                fd = self.fds[layer]
-                while data:
-                    written = os.pwrite(fd, data, position)
-                    data, position = data[written:], position + written
+                item()
             except BaseException as error:  # handed to the main thread by _raise_write_error
                 self._error = error
             self.pwrite_seconds += time.perf_counter() - start
@@ -296,8 +312,9 @@ class _ShardWriter:
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
-        for fd in self.fds:
-            os.close(fd)
+        for fds in self.fds:
+            for fd in fds:
+                os.close(fd)
         self.fds = []
 
 
