@@ -4,7 +4,9 @@ Usage: OMP_NUM_THREADS=2 python perf/bench_stats_pass.py [--tokens 8192] [--work
 
 Measured side by side in one process, on the same windows of WikiText-2 test: the bare forward pass of the
 causal LM (with its LM head, what any evaluation pays) before and after the statistics pass, whose two parts
-are timed separately. Peak RSS is sampled during each phase. Also summarises, per layer, how much of the WD of
+are timed separately; ``--repeats`` times, alternating, with the medians reported. The pass includes
+tokenizing the whole text (collection does); its ratio without that is reported too. Peak RSS is sampled
+during each phase. Also summarises, per layer, how much of the WD of
 the top-1% WD neurons comes from the negative pre-activation region, against all neurons. Prints one JSON
 object and writes the statistics table to WORK_DIR/neurons.parquet (the shards stay in WORK_DIR/shards).
 """
@@ -15,6 +17,8 @@ import argparse
 import importlib.metadata
 import json
 import logging
+import shutil
+import statistics as pystats
 import threading
 import time
 from pathlib import Path
@@ -110,6 +114,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--window", type=int, default=2048)
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/wneurons-bench-stats"))
+    parser.add_argument("--repeats", type=int, default=3, help="measurements; medians are reported")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
@@ -119,16 +124,34 @@ def main() -> None:
     n_windows = args.tokens // args.window
     windows = torch.tensor(ids[: n_windows * args.window]).reshape(n_windows, args.window)
 
-    _, forward_before_s, forward_rss = timed(lambda: bare_forward(model, windows), "forward_before")
+    _, tokenize_s, _ = timed(lambda: tokenizer(text, add_special_tokens=False, verbose=False), "tokenize")
     shard_dir = args.work_dir / "shards"
-    meta, collect_s, collect_rss = timed(
-        lambda: collect_activation_shards(
-            model, tokenizer, text, shard_dir, window=args.window, max_tokens=args.tokens, model_name="SmolLM2-135M"
-        ),
-        "collect",
-    )
-    table, stats_s, stats_rss = timed(lambda: stats.neuron_statistics(shard_dir, md_pairs=1000), "statistics")
-    _, forward_after_s, _ = timed(lambda: bare_forward(model, windows), "forward_after")
+    reps = []
+    for _ in range(args.repeats):  # alternating, so that drifts of the shared machine hit both sides
+        shutil.rmtree(shard_dir, ignore_errors=True)
+        _, forward_before_s, forward_rss = timed(lambda: bare_forward(model, windows), "forward_before")
+        meta, collect_s, collect_rss = timed(
+            lambda: collect_activation_shards(
+                model, tokenizer, text, shard_dir, window=args.window, max_tokens=args.tokens, model_name="SmolLM2-135M"
+            ),
+            "collect",
+        )
+        table, stats_s, stats_rss = timed(lambda: stats.neuron_statistics(shard_dir, md_pairs=1000), "statistics")
+        _, forward_after_s, _ = timed(lambda: bare_forward(model, windows), "forward_after")
+        forward = (forward_before_s + forward_after_s) / 2
+        cpu = CPU_SECONDS
+        reps.append(
+            {
+                "bare_forward": round(forward, 2),
+                "collect": round(collect_s, 2),
+                "statistics": round(stats_s, 2),
+                "ratio_wall": round((collect_s + stats_s) / forward, 3),
+                "ratio_wall_excluding_tokenization": round((collect_s - tokenize_s + stats_s) / forward, 3),
+                "ratio_cpu": round(
+                    (cpu["collect"] + cpu["statistics"]) / ((cpu["forward_before"] + cpu["forward_after"]) / 2), 3
+                ),
+            }
+        )
     write_parquet(args.work_dir / "neurons.parquet", table)
 
     forward_s = (forward_before_s + forward_after_s) / 2
@@ -147,6 +170,13 @@ def main() -> None:
         "collect_forward_loop_seconds": meta["seconds"],
         "collect_seconds_in_hooks": meta["seconds_in_hooks"],
         "statistics_seconds": round(stats_s, 2),
+        "tokenize_whole_text_seconds": round(tokenize_s, 2),
+        "repeats": reps,
+        "median_ratio_wall": pystats.median(r["ratio_wall"] for r in reps),
+        "median_ratio_wall_excluding_tokenization": pystats.median(
+            r["ratio_wall_excluding_tokenization"] for r in reps
+        ),
+        "median_ratio_cpu": pystats.median(r["ratio_cpu"] for r in reps),
         "stats_pass_over_bare_forward": round((collect_s + stats_s) / forward_s, 3),
         "collect_only_over_bare_forward": round(collect_s / forward_s, 3),
         "cpu_seconds": {k: round(v, 2) for k, v in CPU_SECONDS.items()},
