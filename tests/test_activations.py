@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import polars as pl
@@ -241,3 +242,24 @@ def test_a_failed_shard_write_surfaces_and_leaves_nothing(tiny_model, tmp_path, 
         )
     assert info.value.__cause__.errno == errno.ENOSPC
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_device_and_cpu_block_paths_write_the_same_bytes(tmp_path, dtype):
+    # The accelerator path (transposed by the device) cannot run here; with the decision forced, both paths must
+    # put the same neuron-major bytes into the file.
+    from wneurons import activations
+
+    y = torch.randn(2 * WINDOW, 24)
+    files = []
+    for on_device in (True, False):
+        block, transposed = activations._host_block(y, WINDOW, dtype, on_device=on_device)
+        assert transposed == on_device and not np.shares_memory(block, y.numpy())
+        path = tmp_path / f"{on_device}.bin"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+        activations._write_block(fd, block, transposed, 0)
+        os.close(fd)
+        files.append(path.read_bytes())
+    assert files[0] == files[1]
+    expected = y.to(dtype).reshape(2, WINDOW, 24).transpose(1, 2).numpy()
+    assert files[0] == np.ascontiguousarray(expected).tobytes()

@@ -172,6 +172,20 @@ def _pwrite_all(fd: int, array: np.ndarray, position: int) -> None:
         data, position = data[written:], position + written
 
 
+def _host_block(y: torch.Tensor, window: int, dtype: torch.dtype, *, on_device: bool) -> tuple[np.ndarray, bool]:
+    """One batch of one layer's outputs [tokens, K] as a host array in the shard dtype, and whether it is already
+    neuron-major ([windows, K, window]) or still token-major ([windows, window, K], for the writer to transpose).
+
+    On an accelerator the transpose costs nothing, so the host gets the finished block. On the CPU the hook only
+    converts, into an array of its own (copy=True: a float32 shard must not alias the model's output, which later
+    in-place ops could change), and the writer thread transposes.
+    """
+    k = y.shape[-1]
+    if on_device:
+        return y.reshape(-1, window, k).to(dtype).transpose(1, 2).contiguous().cpu().numpy(), True
+    return y.to(dtype, copy=True).cpu().numpy().reshape(-1, window, k), False
+
+
 def _write_block(fd: int, block: np.ndarray, transposed: bool, position: int) -> None:
     """One batch of one layer's y: [windows, K, window] as is, or [windows, window, K] transposed first."""
     _pwrite_all(fd, block if transposed else _neuron_major(block), position)
@@ -262,14 +276,7 @@ class _ShardWriter:
                 f"{self.model_name}: layer {layer} pre-activation |y| = {max(-low, high):.4g} exceeds the "
                 f"{self.np_dtype} range ({self.limit:.4g}); collect with dtype='float32'"
             )
-        if y.device.type == "cpu":
-            # Converted here into an array of our own (copy=True: a float32 shard must not alias the model's
-            # output, which later in-place ops could change); the writer thread transposes it.
-            block = y.to(self.torch_dtype, copy=True).numpy().reshape(-1, self.window, k)
-            transposed = False
-        else:  # on an accelerator the transpose costs nothing; the host gets the finished block
-            block = y.reshape(-1, self.window, k).to(self.torch_dtype).transpose(1, 2).contiguous().cpu().numpy()
-            transposed = True
+        block, transposed = _host_block(y, self.window, self.torch_dtype, on_device=y.device.type != "cpu")
         self._raise_write_error()
         position = self.data_offsets[layer][0] + (self.offset // self.window) * block[0].nbytes
         self._queue.put(functools.partial(_write_block, self.fds[layer][0], block, transposed, position))
