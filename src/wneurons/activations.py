@@ -36,8 +36,6 @@ import torch
 from wneurons import registry
 from wneurons.io import atomic_directory, provenance, read_json, write_json
 
-# The directory-level counterpart of io.atomic_output; shared with models.convert_gguf_wheel.
-
 log = logging.getLogger(__name__)
 
 __all__ = ["SHARD_DTYPES", "ShardIndex", "collect_activation_shards", "load_layer"]
@@ -240,9 +238,9 @@ class _ShardWriter:
         self.write_seconds = 0.0  # time spent in the hooks, reported in index.json
         # Blocks are transposed and written by a writer thread: the forward pass leaves a core partly idle
         # (measured: 1.8 of 2 cores busy), and the kernel's page-cache work for a fresh file is slow (0.5-1 GB/s
-        # on ext4 here). At most one batch of blocks (one per layer) waits in the queue.
+        # on ext4 here). At most one batch waits in the queue: a y block and the MD input rows of each layer.
         self.pwrite_seconds = 0.0
-        self._queue: queue.Queue = queue.Queue(maxsize=2 * len(modules))  # a y block and x rows per layer
+        self._queue: queue.Queue = queue.Queue(maxsize=2 * len(modules))
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._drain, name="shard-writer", daemon=True)
         self._thread.start()
@@ -306,19 +304,20 @@ class _ShardWriter:
         if self._error is not None:
             raise OSError(f"{self.model_name}: writing activation shards in {self.directory} failed") from self._error
 
-    def flush(self) -> None:
-        """Wait until every queued block is in its file; raise if a write failed."""
+    def _stop_writer(self) -> None:
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
+
+    def flush(self) -> None:
+        """Wait until every queued block is in its file; raise if a write failed."""
+        self._stop_writer()
         self._raise_write_error()
 
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
+        self._stop_writer()
         for fds in self.fds:
             for fd in fds:
                 os.close(fd)

@@ -183,17 +183,9 @@ def _all_neurons(
     Chunks go to ``threads`` workers as they free up (default: torch's thread count, which honours
     OMP_NUM_THREADS); the kernels, numpy's sort and the shard reads release the GIL.
     """
-    if chunk_neurons < 1:
-        raise ValueError(f"chunk_neurons must be >= 1, got {chunk_neurons}")
     engine = _Engine(n_tokens, gaussian_sorted, pairs)
-    starts = range(0, n_neurons, chunk_neurons)
-    threads = max(1, min(len(starts), torch.get_num_threads() if threads is None else threads))
-
-    if threads == 1:
-        return _ChunkStats.concatenate(
-            [engine(get_block(start, min(start + chunk_neurons, n_neurons))) for start in starts]
-        )
-    with ThreadPoolExecutor(threads) as pool:
+    # The pool starts a thread per submitted task up to this bound, so a single chunk runs on a single thread.
+    with ThreadPoolExecutor(max(1, torch.get_num_threads() if threads is None else threads)) as pool:
         return _gather(_submit(pool, engine, get_block, n_neurons, chunk_neurons))
 
 
@@ -205,6 +197,8 @@ def _submit(
     chunk_neurons: int,
 ) -> list[Future]:
     """One task per neuron chunk; each reads its own block when it runs, so memory holds a chunk per thread."""
+    if chunk_neurons < 1:
+        raise ValueError(f"chunk_neurons must be >= 1, got {chunk_neurons}")
     return [
         pool.submit(lambda start: engine(get_block(start, min(start + chunk_neurons, n_neurons))), start)
         for start in range(0, n_neurons, chunk_neurons)
@@ -412,17 +406,15 @@ def neuron_statistics(
     WD columns are NaN); and for "sampled" / "both" wd_sampled (the Gaussian sample for layer L is seeded by
     ``(seed, L)``). MD uses the first ``2 * md_pairs`` token positions drawn at collection (``None``: MD NaN).
 
-    Layers are streamed one at a time and each neuron chunk is read once, for WD and MD together: peak memory
-    is one chunk of the shard (``chunk_neurons * N`` values), the kernels' 65,536 counters and per-run arrays
-    per thread, and the quantile grid (``6 * 8 * N`` bytes), independent of depth and width.
+    Layers are streamed (at most two queued at a time) and each neuron chunk is read once, for WD and MD
+    together: peak memory is one chunk of the shard (``chunk_neurons * N`` values), the kernels' 65,536 counters
+    and per-run arrays per thread, and the quantile grid (``6 * 8 * N`` bytes), independent of depth and width.
     """
     # Imported here: activations pulls in the model stack, and the pure functions above must not need it.
     from wneurons.activations import ShardIndex
 
     if wd_method not in WD_METHODS:
         raise ValueError(f"wd_method must be one of {WD_METHODS}, got {wd_method!r}")
-    if chunk_neurons < 1:
-        raise ValueError(f"chunk_neurons must be >= 1, got {chunk_neurons}")
     index = ShardIndex.load(shard_dir)
     if md_pairs is not None and not 1 <= 2 * md_pairs <= len(index.md_positions):
         raise ValueError(

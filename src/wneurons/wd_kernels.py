@@ -1,4 +1,4 @@
-"""Compiled per-neuron kernels behind :mod:`wneurons.stats`: every statistic of a neuron in one pass over its runs.
+"""Compiled per-neuron kernels behind :mod:`wneurons.stats`: every statistic of a neuron from its sorted values.
 
 A neuron's N values are reduced to **runs**: its distinct values in increasing order with their counts. Within a
 run every order statistic has the same value z, so the exact WD's sum over order statistics (see stats.py)
@@ -10,12 +10,13 @@ for the run's ranks [r, e). Over a neuron that is N branch-free compares and O(1
 quantile bins where z itself lies (the quantile functions cross) get the closed form with Φ(z) instead of
 |z - m_i|.
 
-Runs come from:
+Two paths:
 
-- float16 values (the activation shards): their 16-bit patterns map to order-preserving keys, so a neuron's runs
-  are its **key histogram** (N increments into 65,536 counters, then one scan; O(N), no comparison sort) or, when
-  N is small against the key space, a radix sort of the keys (numpy's stable sort of uint16) and one scan.
-- any other float dtype: numpy's sort, each value a run of one.
+- float16 values (the activation shards) with N large against the 65,536 float16 patterns: the patterns map to
+  order-preserving keys, and a neuron's runs are its **key histogram** (N increments into 65,536 counters, then
+  one scan; O(N), no comparison sort).
+- smaller N (few ties) and any other float dtype: the values are sorted (float16 as keys, by numpy's radix sort
+  of uint16) and taken one order statistic at a time (:func:`_order_statistics`), in loops that vectorize.
 
 The authors' sampled estimate (mean |z_(i) - g_(i)| against one sorted Gaussian sample g) uses the same merge
 with g in place of the bin means. Everything accumulates in float64. The kernels hold no Python objects and
@@ -112,6 +113,15 @@ def _store_moments(out, n, mean, m2, m3, m4, n_negative):
 
 
 @njit(nogil=True, cache=True)
+def _crossing_correction(z, b, n, bin_mean, g_lo, g_hi):
+    """N times the exact integral of |z - Φ⁻¹(u)| over quantile bin ``b`` (which holds z), minus the |z - m_b|
+    that the sums put there: the closed form splits the bin at c = Φ(z), where G(c) = -φ(z)."""
+    c = 0.5 * math.erfc(-z * _INV_SQRT_2)
+    exact = n * (z * (2.0 * c - (2 * b + 1) / n) + g_lo[b] + g_hi[b]) + 2.0 * n * _INV_SQRT_2PI * math.exp(-0.5 * z * z)
+    return exact - abs(z - bin_mean[b])
+
+
+@njit(nogil=True, cache=True)
 def _run_statistics(values, counts, d, n, bin_mean, prefix, q_lo, q_hi, g_lo, g_hi, gauss, gauss_prefix, out):
     """All statistics of one neuron from its ``d`` runs (``values`` increasing, ``counts`` summing to n)."""
     total = 0.0
@@ -156,11 +166,7 @@ def _run_statistics(values, counts, d, n, bin_mean, prefix, q_lo, q_hi, g_lo, g_
         elif sc < e and z > q_lo[sc]:
             b = sc
         if b >= 0:
-            c = 0.5 * math.erfc(-z * _INV_SQRT_2)  # Φ(z)
-            crossing = n * (z * (2.0 * c - (2 * b + 1) / n) + g_lo[b] + g_hi[b]) + 2.0 * n * _INV_SQRT_2PI * math.exp(
-                -0.5 * z * z
-            )
-            part += crossing - abs(z - bin_mean[b])
+            part += _crossing_correction(z, b, n, bin_mean, g_lo, g_hi)
         wd += part
         if values[j] < 0.0:
             wd_negative += part
@@ -212,14 +218,10 @@ def _order_statistics(v, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out):
     for i in range(n):
         z = (v[i] - mean) * inv_std
         if q_lo[i] < z and z < q_hi[i]:
-            c = 0.5 * math.erfc(-z * _INV_SQRT_2)
-            crossing = n * (z * (2.0 * c - (2 * i + 1) / n) + g_lo[i] + g_hi[i]) + 2.0 * n * _INV_SQRT_2PI * math.exp(
-                -0.5 * z * z
-            )
             if i < n_negative:
-                wd_negative += crossing - abs(z - bin_mean[i])
+                wd_negative += _crossing_correction(z, i, n, bin_mean, g_lo, g_hi)
             else:
-                wd_positive += crossing - abs(z - bin_mean[i])
+                wd_positive += _crossing_correction(z, i, n, bin_mean, g_lo, g_hi)
     out[WD] = (wd_negative + wd_positive) / n
     out[WD_NEGATIVE] = wd_negative / n
     if gauss.shape[0] > 0:
