@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
@@ -247,19 +248,63 @@ def test_a_failed_shard_write_surfaces_and_leaves_nothing(tiny_model, tmp_path, 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_device_and_cpu_block_paths_write_the_same_bytes(tmp_path, dtype):
     # The accelerator path (transposed by the device) cannot run here; with the decision forced, both paths must
-    # put the same neuron-major bytes into the file.
-    from wneurons import activations
+    # put the same neuron-major bytes into the file, through the page cache and with O_DIRECT.
+    from wneurons import activations, shard_io
 
-    y = torch.randn(2 * WINDOW, 24)
+    y = torch.randn(2 * 256, 32)  # 256 tokens x 32 neurons: 16 or 32 KiB per window, aligned for O_DIRECT
     files = []
-    for on_device in (True, False):
-        block, transposed = activations._host_block(y, WINDOW, dtype, on_device=on_device)
+    for on_device, direct in itertools.product((True, False), (False, True)):
+        block, transposed = activations._host_block(y, 256, dtype, on_device=on_device)
         assert transposed == on_device and not np.shares_memory(block, y.numpy())
-        path = tmp_path / f"{on_device}.bin"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT)
-        activations._write_block(fd, block, transposed, 0)
+        path = tmp_path / f"{on_device}-{direct}.bin"
+        path.touch()
+        fd = shard_io.open_direct(path, os.O_WRONLY) if direct else os.open(path, os.O_WRONLY)
+        assert fd is not None, f"no O_DIRECT on {tmp_path}"
+        staging = shard_io.aligned_empty((block.nbytes + 4096,), np.uint8) if direct else None
+        activations._write_block(fd, block, transposed, 4096, staging)
         os.close(fd)
         files.append(path.read_bytes())
-    assert files[0] == files[1]
-    expected = y.to(dtype).reshape(2, WINDOW, 24).transpose(1, 2).numpy()
+    assert files[0][4096:] == files[1][4096:] == files[2][4096:] == files[3][4096:]
+    files[0] = files[0][4096:]
+    expected = y.to(dtype).reshape(2, 256, 32).transpose(1, 2).numpy()
     assert files[0] == np.ascontiguousarray(expected).tobytes()
+
+
+def test_direct_and_buffered_shards_hold_the_same_values(tiny_model, tmp_path):
+    # window 128 x 96 neurons x 2 bytes = 24 KiB per window block: aligned, so "auto" writes with O_DIRECT.
+    model, tables, ys = tiny_model("llama"), {}, {}
+    for io in ("auto", "buffered"):
+        out = tmp_path / io
+        meta = collect_activation_shards(model, CharTokenizer(), TEXT, out, window=128, md_tokens=40, io=io)
+        assert meta["io"] == ("direct" if io == "auto" else "buffered")
+        assert json.loads((out / "index.json").read_text())["io"] == meta["io"]
+        index = ShardIndex.load(out)
+        ys[io] = [np.load(out / f"layer{layer:03d}.y.npy") for layer in range(index.n_layers)]
+        assert index.y_blocks(0).offset == 4096
+        # chunks of 16 neurons are aligned reads (O_DIRECT for the direct shards), chunks of 9 are not
+        tables[io] = [stats.neuron_statistics(out, md_pairs=20, chunk_neurons=c) for c in (16, 9)]
+    for direct, buffered in zip(ys["auto"], ys["buffered"], strict=True):
+        np.testing.assert_array_equal(direct, buffered)
+    for direct, buffered in zip(tables["auto"], tables["buffered"], strict=True):
+        assert direct.equals(buffered)
+
+
+def test_direct_io_where_it_is_impossible(tiny_model, tmp_path, monkeypatch):
+    from wneurons import activations
+
+    model = tiny_model("llama")
+    with pytest.raises(ValueError, match=r"shard io 'direct': .*\(3072 bytes\) is not a multiple of 4096"):
+        collect_activation_shards(
+            model, CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, md_tokens=10, io="direct"
+        )
+    with pytest.raises(ValueError, match="shard io 'sync' is not one of auto, direct, buffered"):
+        collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, io="sync")
+    assert list(tmp_path.iterdir()) == []
+    meta = collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, md_tokens=10)
+    assert meta["io"] == "buffered" and "not a multiple of 4096" in meta["io_reason"]
+
+    monkeypatch.setattr(activations, "open_direct", lambda path, flags: None)  # as on tmpfs before Linux 6.6
+    with pytest.raises(ValueError, match="does not support O_DIRECT"):
+        collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "t", window=128, md_tokens=10, io="direct")
+    meta = collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "t", window=128, md_tokens=10)
+    assert meta["io"] == "buffered" and "does not support O_DIRECT" in meta["io_reason"]

@@ -10,7 +10,10 @@ A shard directory holds, for each layer L (0-based):
   replacement (float32, [md_tokens, d_in], rows in drawing order), so that mapping difficulty can be recomputed
   for any pair count <= md_tokens / 2 without running the model again.
 - ``index.json``: N, K and d_in per layer, window, token counts, the MD token positions, seed, dtype, model name,
-  the text's sha256 and provenance.
+  the text's sha256, how the y files were written (``io``: "direct" or "buffered") and provenance.
+
+Both .npy files have their header padded to 4096 bytes, so that the y data can be written and read with
+``O_DIRECT`` (:mod:`wneurons.shard_io`); ``numpy.load`` reads them as usual.
 
 The directory appears only when complete: everything is written into a hidden temporary sibling that is
 renamed at the end, so a killed job leaves nothing that looks finished.
@@ -35,6 +38,15 @@ import torch
 
 from wneurons import registry
 from wneurons.io import atomic_directory, provenance, read_json, write_json
+from wneurons.shard_io import (
+    SHARD_IO_MODES,
+    aligned,
+    aligned_empty,
+    create_npy,
+    open_direct,
+    pread_into,
+    pwrite_all,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,16 +131,19 @@ class ShardIndex:
         n_windows, n_neurons, window = blocks.shape
         start, stop = max(0, start), min(stop, n_neurons)
         k = max(0, stop - start)
-        buffer = np.empty((n_windows, k, window), dtype=blocks.dtype)
-        with open(self.path / _y_file(layer), "rb", buffering=0) as f:
+        path, row = self.path / _y_file(layer), window * blocks.dtype.itemsize
+        # Shards written with O_DIRECT are not in the page cache: read them the same way, into aligned memory,
+        # which costs no CPU for the copy and leaves the page cache alone (see wneurons.shard_io).
+        fd = None
+        if self.meta.get("io") == "direct" and aligned(blocks.offset, start * row, n_neurons * row, k * row):
+            fd = open_direct(path, os.O_RDONLY)
+        buffer = (aligned_empty if fd is not None else np.empty)((n_windows, k, window), blocks.dtype)
+        fd = os.open(path, os.O_RDONLY) if fd is None else fd
+        try:
             for w in range(n_windows):
-                view = memoryview(buffer[w]).cast("B")
-                position = blocks.offset + (w * n_neurons + start) * window * blocks.dtype.itemsize
-                while view:
-                    got = os.preadv(f.fileno(), [view], position)
-                    if got == 0:
-                        raise OSError(f"{self.path / _y_file(layer)}: file ends inside window {w}")
-                    view, position = view[got:], position + got
+                pread_into(fd, buffer[w], blocks.offset + (w * n_neurons + start) * row, path)
+        finally:
+            os.close(fd)
         return buffer.transpose(1, 0, 2)
 
     def y_neurons(self, layer: int, start: int, stop: int) -> np.ndarray:
@@ -153,21 +168,16 @@ def load_layer(shard_dir: str | os.PathLike, layer: int) -> tuple[np.ndarray, np
     return index.y(layer), index.x_md(layer)
 
 
-def _neuron_major(tokens: np.ndarray, rows: int = 64) -> np.ndarray:
-    """[windows, window, K] -> contiguous [windows, K, window], copied 64 token rows at a time: cache-sized
-    tiles, measured 4-6x faster than one strided numpy copy and than torch's single-threaded transpose."""
-    out = np.empty((tokens.shape[0], tokens.shape[2], tokens.shape[1]), dtype=tokens.dtype)
+def _neuron_major(tokens: np.ndarray, rows: int = 64, out: np.ndarray | None = None) -> np.ndarray:
+    """[windows, window, K] -> contiguous [windows, K, window] (into ``out`` if given), copied 64 token rows at a
+    time: cache-sized tiles, measured 4-6x faster than one strided numpy copy and than torch's single-threaded
+    transpose."""
+    if out is None:
+        out = np.empty((tokens.shape[0], tokens.shape[2], tokens.shape[1]), dtype=tokens.dtype)
     for w in range(tokens.shape[0]):
         for start in range(0, tokens.shape[1], rows):
             out[w, :, start : start + rows] = tokens[w, start : start + rows].T
     return out
-
-
-def _pwrite_all(fd: int, array: np.ndarray, position: int) -> None:
-    data = memoryview(np.ascontiguousarray(array)).cast("B")
-    while data:
-        written = os.pwrite(fd, data, position)
-        data, position = data[written:], position + written
 
 
 def _host_block(y: torch.Tensor, window: int, dtype: torch.dtype, *, on_device: bool) -> tuple[np.ndarray, bool]:
@@ -184,15 +194,48 @@ def _host_block(y: torch.Tensor, window: int, dtype: torch.dtype, *, on_device: 
     return y.to(dtype, copy=True).cpu().numpy().reshape(-1, window, k), False
 
 
-def _write_block(fd: int, block: np.ndarray, transposed: bool, position: int) -> None:
-    """One batch of one layer's y: [windows, K, window] as is, or [windows, window, K] transposed first."""
-    _pwrite_all(fd, block if transposed else _neuron_major(block), position)
+def _write_block(
+    fd: int, block: np.ndarray, transposed: bool, position: int, staging: np.ndarray | None = None
+) -> None:
+    """One batch of one layer's y: [windows, K, window] as is, or [windows, window, K] transposed first. With
+    ``staging`` (aligned bytes, at least ``block.nbytes``; needed for O_DIRECT) the block is assembled there."""
+    shape = block.shape if transposed else (block.shape[0], block.shape[2], block.shape[1])
+    out = None if staging is None else staging[: block.nbytes].view(block.dtype).reshape(shape)
+    if not transposed:
+        out = _neuron_major(block, out=out)
+    elif out is None:
+        out = np.ascontiguousarray(block)
+    else:
+        out[...] = block
+    pwrite_all(fd, out, position)
 
 
 def _write_rows(fd: int, rows: np.ndarray, positions: np.ndarray) -> None:
     """MD inputs: row i of ``rows`` at byte ``positions[i]`` (a few hundred rows per batch, scattered)."""
     for row, position in zip(rows, positions.tolist(), strict=True):
-        _pwrite_all(fd, row, position)
+        pwrite_all(fd, np.ascontiguousarray(row), position)
+
+
+def _direct_io(directory: Path, io: str, block_bytes: list[int]) -> tuple[bool, str]:
+    """Whether the y shards in ``directory`` are written with O_DIRECT under ``io`` ("auto", "direct",
+    "buffered"), and why not when "auto" decides against it. ``block_bytes``: one window's y block per layer,
+    the unit of every write, which must be aligned. "direct" where it is impossible is an error."""
+    if io == "buffered":
+        return False, "shard io 'buffered' configured"
+    reason = ""
+    probe = directory / ".direct-io-probe"
+    probe.touch()
+    fd = open_direct(probe, os.O_WRONLY)
+    probe.unlink()
+    if fd is None:
+        reason = f"the filesystem of {directory} does not support O_DIRECT"
+    else:
+        os.close(fd)
+        if not aligned(*block_bytes):
+            reason = f"a window's block of pre-activations ({min(block_bytes)} bytes) is not a multiple of 4096"
+    if reason and io == "direct":
+        raise ValueError(f"shard io 'direct': {reason}; use 'auto' or 'buffered'")
+    return not reason, reason
 
 
 class _StopForward(Exception):
@@ -211,6 +254,7 @@ class _ShardWriter:
         md_positions: np.ndarray,
         dtype: str,
         model_name: str,
+        io: str = "auto",
     ):
         self.directory = directory
         self.model_name = model_name
@@ -221,19 +265,20 @@ class _ShardWriter:
         # md_row[p] = row of token position p in the x shards, or -1: one lookup per batch, no search.
         self.md_row = np.full(n_tokens, -1, dtype=np.int64)
         self.md_row[md_positions] = np.arange(len(md_positions))
-        # Per layer and file (y, x): the .npy header's length, where the data start, and a write descriptor.
+        # Per layer and file (y, x): where the data start, and a write descriptor. The y files are written with
+        # O_DIRECT where possible (wneurons.shard_io); the MD inputs are a few scattered rows, through the cache.
+        self.direct, self.buffered_reason = _direct_io(
+            directory, io, [k * window * self.np_dtype.itemsize for k, _ in self.shapes]
+        )
         self.data_offsets: list[tuple[int, int]] = []
+        self.fds: list[tuple[int, int]] = []
         for layer, (k, d_in) in enumerate(self.shapes):
-            y = np.lib.format.open_memmap(
-                directory / _y_file(layer), "w+", self.np_dtype, (n_tokens // window, k, window)
-            )
-            x = np.lib.format.open_memmap(directory / _x_file(layer), "w+", np.float32, (len(md_positions), d_in))
-            self.data_offsets.append((int(y.offset), int(x.offset)))
-            del y, x
-        self.fds = [
-            (os.open(directory / _y_file(layer), os.O_WRONLY), os.open(directory / _x_file(layer), os.O_WRONLY))
-            for layer in range(len(self.shapes))
-        ]
+            y_path, x_path = directory / _y_file(layer), directory / _x_file(layer)
+            offsets = create_npy(y_path, self.np_dtype, (n_tokens // window, k, window))
+            self.data_offsets.append((offsets, create_npy(x_path, np.float32, (len(md_positions), d_in))))
+            y_fd = open_direct(y_path, os.O_WRONLY) if self.direct else os.open(y_path, os.O_WRONLY)
+            self.fds.append((y_fd, os.open(x_path, os.O_WRONLY)))
+        self._staging = np.empty(0, dtype=np.uint8)  # the writer thread's aligned output block, reused
         self.offset = 0
         self.write_seconds = 0.0  # time spent in the hooks, reported in index.json
         # Blocks are transposed and written by a writer thread: the forward pass leaves a core partly idle
@@ -277,7 +322,7 @@ class _ShardWriter:
         block, transposed = _host_block(y, self.window, self.torch_dtype, on_device=y.device.type != "cpu")
         self._raise_write_error()
         position = self.data_offsets[layer][0] + (self.offset // self.window) * block[0].nbytes
-        self._queue.put(functools.partial(_write_block, self.fds[layer][0], block, transposed, position))
+        self._queue.put(functools.partial(self._write_y, self.fds[layer][0], block, transposed, position))
         rows = self.md_row[self.offset : self.offset + n]
         picked = np.flatnonzero(rows >= 0)
         if picked.size:
@@ -288,6 +333,16 @@ class _ShardWriter:
             self._queue.put(functools.partial(_write_rows, self.fds[layer][1], x, positions))
         self.write_seconds += time.perf_counter() - start
         self.calls[layer] += 1
+
+    def _write_y(self, fd: int, block: np.ndarray, transposed: bool, position: int) -> None:
+        """:func:`_write_block` on the writer thread; for O_DIRECT through one aligned block that is reused (it
+        stays resident, where a fresh buffer per batch would take its page faults again)."""
+        staging = None
+        if self.direct:
+            if self._staging.nbytes < block.nbytes:
+                self._staging = aligned_empty((block.nbytes,), np.uint8)
+            staging = self._staging
+        _write_block(fd, block, transposed, position, staging)
 
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -336,6 +391,7 @@ def collect_activation_shards(
     md_tokens: int = 2000,
     seed: int = 0,
     dtype: str = "float16",
+    io: str = "auto",
     model_name: str = "?",
     progress_every: float = 30.0,
     modules: list[torch.nn.Module] | None = None,
@@ -347,7 +403,8 @@ def collect_activation_shards(
     ``modules`` defaults to :func:`wneurons.registry.preactivation_modules`. Pre-activations are stored in
     ``dtype`` ("float16": overflow is an error; or "float32"); the inputs of ``md_tokens`` positions drawn with
     ``numpy.random.default_rng(seed).choice(N, md_tokens, replace=False)`` in float32. Progress (tokens/s, ETA)
-    is logged at most every ``progress_every`` seconds.
+    is logged at most every ``progress_every`` seconds. ``io`` ("auto", "direct", "buffered"): how the y shards
+    are written and later read, see :mod:`wneurons.shard_io`; "auto" uses O_DIRECT where the filesystem has it.
 
     Only the causal LM's trunk (``model.base_model``) is run: the LM head plays no part in the pre-activations.
     Peak memory: the model, the forward pass's own activations for one batch, and one layer's batch output
@@ -357,6 +414,8 @@ def collect_activation_shards(
     """
     if dtype not in SHARD_DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(SHARD_DTYPES)}")
+    if io not in SHARD_IO_MODES:
+        raise ValueError(f"shard io {io!r} is not one of {', '.join(SHARD_IO_MODES)}")
     if window < 1 or batch_size < 1:
         raise ValueError(f"window and batch_size must be >= 1, got {window} and {batch_size}")
     out_dir = Path(out_dir)
@@ -396,7 +455,12 @@ def collect_activation_shards(
         "collect %s: %d layers, %d tokens in %d windows of %d", model_name, len(modules), n_tokens, n_windows, window
     )
     with atomic_directory(out_dir) as tmp:
-        writer = _ShardWriter(tmp, modules, n_tokens, window, md_positions, dtype, model_name)
+        writer = _ShardWriter(tmp, modules, n_tokens, window, md_positions, dtype, model_name, io)
+        meta["io"] = "direct" if writer.direct else "buffered"
+        if not writer.direct:
+            meta["io_reason"] = writer.buffered_reason
+            if io == "auto":
+                log.info("collect %s: shards go through the page cache: %s", model_name, writer.buffered_reason)
         start = last_log = time.perf_counter()
         try:
             with torch.inference_mode():

@@ -105,8 +105,9 @@ def _data_provenance(data_dir: str) -> dict:
 
 
 # ---------------------------------------------------------------- neuron statistics
-def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict) -> dict:
-    """Run the model over WikiText-2 test and cache every layer's pre-activations as shards in ``out_dir``."""
+def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, io: str = "auto") -> dict:
+    """Run the model over WikiText-2 test and cache every layer's pre-activations as shards in ``out_dir``;
+    ``io``: how they are written (``neurons.shard_io``)."""
     from wneurons.activations import collect_activation_shards
     from wneurons.data import load_wikitext
 
@@ -122,6 +123,7 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
         md_tokens=params["md_tokens"],
         seed=params["seed"],
         dtype=params["shard_dtype"],
+        io=io,
         model_name=spec["name"],
     )
 

@@ -446,8 +446,11 @@ def neuron_statistics(
 
     # One pool for all layers, and layer L+1's tasks queued before layer L's results are collected: the workers
     # never wait for the main thread's per-layer setup and table building. At most two layers are in flight.
+    # Shards written with O_DIRECT are read from the device, not the page cache: two more threads than cores keep
+    # the cores busy while reads wait (measured on 2 cores: 1.9 s with 2 threads, 1.7 s with 4).
     in_flight: deque[tuple[int, int, list[Future]]] = deque()
-    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+    threads = max(1, torch.get_num_threads()) + (2 if index.meta.get("io") == "direct" else 0)
+    with ThreadPoolExecutor(threads) as pool:
         for layer in range(index.n_layers) if layers is None else layers:
             n_neurons, n_tokens = index.y_blocks(layer).shape[1], index.n_tokens  # checks the layer and the file
             pairs = None

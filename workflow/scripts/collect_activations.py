@@ -2,5 +2,10 @@ from wneurons.jobs import collect_activations_job, logged_to
 
 with logged_to(snakemake.log[0], snakemake.threads):
     collect_activations_job(
-        snakemake.params.model, snakemake.input.wikitext, snakemake.output[0], snakemake.params.collect
+        snakemake.params.model,
+        snakemake.input.wikitext,
+        snakemake.output[0],
+        snakemake.params.collect,
+        # not a param: how the bytes reach the disk must not make Snakemake collect again
+        io=snakemake.config["neurons"]["shard_io"],
     )
