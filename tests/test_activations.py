@@ -308,3 +308,24 @@ def test_direct_io_where_it_is_impossible(tiny_model, tmp_path, monkeypatch):
         collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "t", window=128, md_tokens=10, io="direct")
     meta = collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "t", window=128, md_tokens=10)
     assert meta["io"] == "buffered" and "does not support O_DIRECT" in meta["io_reason"]
+
+
+def test_a_failure_while_creating_the_shard_files_closes_what_was_opened(tiny_model, tmp_path, monkeypatch):
+    from wneurons import activations
+
+    created, real_create = [], activations.create_npy
+
+    def create_then_fail(path, dtype, shape):
+        if len(created) == 3:  # layer 0's y and x, layer 1's y: then the disk is full
+            raise OSError(28, "No space left on device")
+        created.append(path)
+        return real_create(path, dtype, shape)
+
+    monkeypatch.setattr(activations, "create_npy", create_then_fail)
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="No space left"):
+        collect_activation_shards(
+            tiny_model("llama"), CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, md_tokens=10
+        )
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert list(tmp_path.iterdir()) == []

@@ -272,12 +272,16 @@ class _ShardWriter:
         )
         self.data_offsets: list[tuple[int, int]] = []
         self.fds: list[tuple[int, int]] = []
-        for layer, (k, d_in) in enumerate(self.shapes):
-            y_path, x_path = directory / _y_file(layer), directory / _x_file(layer)
-            offsets = create_npy(y_path, self.np_dtype, (n_tokens // window, k, window))
-            self.data_offsets.append((offsets, create_npy(x_path, np.float32, (len(md_positions), d_in))))
-            y_fd = open_direct(y_path, os.O_WRONLY) if self.direct else os.open(y_path, os.O_WRONLY)
-            self.fds.append((y_fd, os.open(x_path, os.O_WRONLY)))
+        try:
+            for layer, (k, d_in) in enumerate(self.shapes):
+                y_path, x_path = directory / _y_file(layer), directory / _x_file(layer)
+                offsets = create_npy(y_path, self.np_dtype, (n_tokens // window, k, window))
+                self.data_offsets.append((offsets, create_npy(x_path, np.float32, (len(md_positions), d_in))))
+                y_fd = open_direct(y_path, os.O_WRONLY) if self.direct else os.open(y_path, os.O_WRONLY)
+                self.fds.append((y_fd, os.open(x_path, os.O_WRONLY)))
+        except BaseException:  # e.g. a full disk at layer 17: the descriptors of layers 0..16 must not leak
+            self._close_files()
+            raise
         self._staging = np.empty(0, dtype=np.uint8)  # the writer thread's aligned output block, reused
         self.offset = 0
         self.write_seconds = 0.0  # time spent in the hooks, reported in index.json
@@ -373,6 +377,9 @@ class _ShardWriter:
         for handle in self.handles:
             handle.remove()
         self._stop_writer()
+        self._close_files()
+
+    def _close_files(self) -> None:
         for fds in self.fds:
             for fd in fds:
                 os.close(fd)
