@@ -198,7 +198,8 @@ def test_moments_match_scipy():
 
 
 def _md_reference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """MD by the definition, pair by pair (the authors' loop), for comparison."""
+    """MD by the definition, pair by pair (the authors' loop), for comparison; differences in float64."""
+    y = y.astype(np.float64)
     pairs = [(i, i + 1) for i in range(0, len(x), 2)]
     d_x = np.array([np.linalg.norm(x[i] - x[j]) for i, j in pairs])
     out = []
@@ -208,12 +209,25 @@ def _md_reference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
-def test_mapping_difficulty_matches_pairwise_definition():
+@pytest.mark.parametrize("n_pairs", [100, 101])  # even and odd: the median of two middle values, or one
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_mapping_difficulty_matches_pairwise_definition(n_pairs, dtype):
     rng = np.random.default_rng(10)
-    x = rng.standard_normal((200, 16))
+    x = rng.standard_normal((2 * n_pairs, 16))
     w = rng.standard_normal((16, 5))
-    y = np.tanh(x @ w) * 3 - 1
+    y = (np.tanh(x @ w) * 3 - 1).astype(dtype)
+    y[:, 4] = np.round(y[:, 4])  # many ties among the differences
     np.testing.assert_allclose(stats.mapping_difficulty(x, y).numpy(), _md_reference(x, y), rtol=1e-12)
+
+
+def test_mapping_difficulty_is_nan_where_the_median_difference_is_zero():
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((40, 4))
+    y = rng.standard_normal((40, 3))
+    y[:, 1] = 2.0  # constant: every d_y is 0
+    y[:22, 2] = 0.5  # 11 of 20 pairs identical: the median d_y is 0
+    md = stats.mapping_difficulty(x, y).numpy()
+    assert np.isfinite(md[0]) and np.isnan(md[1]) and np.isnan(md[2])
 
 
 def test_mapping_difficulty_of_a_linear_1d_neuron_is_max_over_median():

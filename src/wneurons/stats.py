@@ -138,18 +138,18 @@ class _Engine:
             presorted = n < HISTOGRAM_MIN_TOKENS
             if presorted:  # one pass lays the keys out per neuron; numpy's stable uint16 sort is a radix sort
                 bits = wd_kernels.float16_keys(block).reshape(k, n)
-                if self.pairs is not None:  # MD's values, gathered from the contiguous keys before they are sorted
-                    md = _md_rows(wd_kernels.KEY_VALUES[bits[:, self.pairs.columns]], self.pairs)
+                if self.pairs is not None:  # MD from the contiguous keys, before they are sorted
+                    md = _md_rows(bits, self.pairs, wd_kernels.KEY_VALUES)
                 bits.sort(axis=-1, kind="stable")
             else:
                 bits = np.ascontiguousarray(block).reshape(k, n).view(np.uint16)
                 if self.pairs is not None:
-                    md = _md_rows(bits[:, self.pairs.columns].view(np.float16), self.pairs)
+                    md = _md_rows(bits, self.pairs, wd_kernels.BIT_VALUES)
             wd_kernels.float16_block(bits, presorted, wd_kernels.KEY_VALUES, *grid_args, out)
         else:
             values = np.ascontiguousarray(block).reshape(k, n)
             if self.pairs is not None:
-                md = _md_rows(values[:, self.pairs.columns], self.pairs)
+                md = _md_rows(values, self.pairs)
             values = np.sort(values, axis=-1)
             wd_kernels.sorted_block(values, g.bin_mean, g.q_lo, g.q_hi, g.g_lo, g.g_hi, self.gaussian, out)
         wd, wd_negative = out[:, wd_kernels.WD], out[:, wd_kernels.WD_NEGATIVE]
@@ -353,13 +353,19 @@ def _pairs_for(x: np.ndarray, columns: np.ndarray) -> _Pairs:
     return _Pairs(columns=np.concatenate([columns[0::2][keep], columns[1::2][keep]]), weight=d_x.max() / d_x)
 
 
-def _md_rows(values: np.ndarray, pairs: _Pairs) -> np.ndarray:
-    """MD of each neuron from its values at ``pairs.columns`` ([k, 2P]: first tokens, then second tokens): mean
-    over pairs of (d_y / median(d_y)) times max(d_x) / d_x. A neuron with median d_y = 0 gets NaN."""
+def _md_rows(rows: np.ndarray, pairs: _Pairs, lut: np.ndarray | None = None) -> np.ndarray:
+    """MD of each neuron (row of ``rows`` [k, N]) over ``pairs``: mean over pairs of (d_y / median(d_y)) times
+    max(d_x) / d_x, with d_y in float64. ``rows``: float32 / float64 values, or uint16 codes that ``lut`` decodes
+    (float16 keys or bit patterns). A neuron with median d_y = 0 gets NaN."""
     p = pairs.weight.size
-    d_y = np.abs(values[:, :p].astype(np.float64) - values[:, p:])  # [k, P]
+    first, second = pairs.columns[:p], pairs.columns[p:]
+    d_y = np.empty((rows.shape[0], p))
+    if lut is not None:
+        wd_kernels.pair_differences_codes(rows, first, second, lut, d_y)
+    else:
+        wd_kernels.pair_differences_values(rows, first, second, d_y)
     # numpy's median (the mean of the two middle values for even P) from a SIMD sort of each row: 3x faster here
-    # than np.median's partition.
+    # than np.median's partition, and 4x faster than numba's np.partition.
     ordered = np.sort(d_y, axis=1)
     median = (ordered[:, (p - 1) // 2] + ordered[:, p // 2]) / 2
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -383,7 +389,8 @@ def mapping_difficulty(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarra
     if xa.shape[0] != ya.shape[0] or xa.shape[0] % 2:
         raise ValueError(f"x and y need the same even number of rows (2P), got {xa.shape[0]} and {ya.shape[0]}")
     pairs = _pairs_for(xa, np.arange(xa.shape[0]))
-    return torch.from_numpy(_md_rows(ya.T[:, pairs.columns], pairs))
+    values = ya.T if ya.dtype in (np.float32, np.float64) else ya.T.astype(np.float64)  # float16: exact in float64
+    return torch.from_numpy(_md_rows(np.ascontiguousarray(values), pairs))
 
 
 # ----------------------------------------------------------------------------------------------------------

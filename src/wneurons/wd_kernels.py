@@ -1,4 +1,5 @@
-"""Compiled per-neuron kernels behind :mod:`wneurons.stats`: every statistic of a neuron from its sorted values.
+"""Compiled per-neuron kernels behind :mod:`wneurons.stats`: every statistic of a neuron from its sorted values,
+and the differences at token pairs that its mapping difficulty (MD) starts from (at the end of the module).
 
 A neuron's N values are reduced to **runs**: its distinct values in increasing order with their counts. Within a
 run every order statistic has the same value z, so the exact WD's sum over order statistics (see stats.py)
@@ -62,8 +63,9 @@ def _key_values() -> np.ndarray:
 
 
 # KEY_VALUES[key] = the float16 value with that key, as float64 (NaN patterns included; they never occur in a run
-# because the shards refuse NaN).
+# because the shards refuse NaN). BIT_VALUES[bits]: the same for the raw bit patterns.
 KEY_VALUES = _key_values()
+BIT_VALUES = np.arange(KEY_SPACE, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float64)
 
 
 @njit(nogil=True, cache=True)
@@ -270,3 +272,24 @@ def sorted_block(values, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out):
         for t in range(n):
             row_values[t] = values[row, t]
         _order_statistics(row_values, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out[row])
+
+
+# ---------------------------------------------------------------- mapping difficulty
+@njit(nogil=True, cache=True)
+def pair_differences_codes(codes, first, second, lut, out):
+    """d_y = |y(first[i]) - y(second[i])| of every row of ``codes`` (uint16 [k, N]: float16 keys or bit
+    patterns, decoded by ``lut``, float64 [65,536]) into ``out`` float64 [k, P]: one pass, no gathered copies
+    (5x faster than numpy's fancy indexing of the codes and then of the table)."""
+    for j in range(codes.shape[0]):
+        row = codes[j]
+        for i in range(first.shape[0]):
+            out[j, i] = abs(lut[row[first[i]]] - lut[row[second[i]]])
+
+
+@njit(nogil=True, cache=True)
+def pair_differences_values(values, first, second, out):
+    """:func:`pair_differences_codes` for float32 / float64 values [k, N]; the differences are taken in float64."""
+    for j in range(values.shape[0]):
+        row = values[j]
+        for i in range(first.shape[0]):
+            out[j, i] = abs(np.float64(row[first[i]]) - np.float64(row[second[i]]))
