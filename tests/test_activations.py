@@ -264,14 +264,24 @@ def test_device_and_cpu_block_paths_write_the_same_bytes(tmp_path, dtype):
         activations._write_block(fd, block, transposed, 4096, staging)
         os.close(fd)
         files.append(path.read_bytes())
-    assert files[0][4096:] == files[1][4096:] == files[2][4096:] == files[3][4096:]
-    files[0] = files[0][4096:]
+    data = [contents[4096:] for contents in files]
+    assert data[0] == data[1] == data[2] == data[3]
     expected = y.to(dtype).reshape(2, 256, 32).transpose(1, 2).numpy()
-    assert files[0] == np.ascontiguousarray(expected).tobytes()
+    assert data[0] == np.ascontiguousarray(expected).tobytes()
 
 
-def test_direct_and_buffered_shards_hold_the_same_values(tiny_model, tmp_path):
+def test_direct_and_buffered_shards_hold_the_same_values(tiny_model, tmp_path, monkeypatch):
     # window 128 x 96 neurons x 2 bytes = 24 KiB per window block: aligned, so "auto" writes with O_DIRECT.
+    from wneurons import activations
+
+    direct_reads, real_open_direct = [], activations.open_direct
+
+    def recording_open_direct(path, flags):
+        if flags == os.O_RDONLY:
+            direct_reads.append(path.parent.name)
+        return real_open_direct(path, flags)
+
+    monkeypatch.setattr(activations, "open_direct", recording_open_direct)
     model, tables, ys = tiny_model("llama"), {}, {}
     for io in ("auto", "buffered"):
         out = tmp_path / io
@@ -287,6 +297,8 @@ def test_direct_and_buffered_shards_hold_the_same_values(tiny_model, tmp_path):
         np.testing.assert_array_equal(direct, buffered)
     for direct, buffered in zip(tables["auto"], tables["buffered"], strict=True):
         assert direct.equals(buffered)
+    # only the direct shards are read with O_DIRECT, and only in the aligned chunks of 16: 96 / 16 per layer
+    assert direct_reads == ["auto"] * (6 * index.n_layers)
 
 
 def test_direct_io_where_it_is_impossible(tiny_model, tmp_path, monkeypatch):

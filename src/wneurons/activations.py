@@ -231,8 +231,9 @@ def _direct_io(directory: Path, io: str, block_bytes: list[int]) -> tuple[bool, 
         reason = f"the filesystem of {directory} does not support O_DIRECT"
     else:
         os.close(fd)
-        if not aligned(*block_bytes):
-            reason = f"a window's block of pre-activations ({min(block_bytes)} bytes) is not a multiple of 4096"
+        unaligned = [size for size in block_bytes if not aligned(size)]
+        if unaligned:
+            reason = f"a window's block of pre-activations ({unaligned[0]} bytes) is not a multiple of 4096"
     if reason and io == "direct":
         raise ValueError(f"shard io 'direct': {reason}; use 'auto' or 'buffered'")
     return not reason, reason
@@ -286,8 +287,9 @@ class _ShardWriter:
         self.offset = 0
         self.write_seconds = 0.0  # time spent in the hooks, reported in index.json
         # Blocks are transposed and written by a writer thread: the forward pass leaves a core partly idle
-        # (measured: 1.8 of 2 cores busy), and the kernel's page-cache work for a fresh file is slow (0.5-1 GB/s
-        # on ext4 here). At most one batch waits in the queue: a y block and the MD input rows of each layer.
+        # (measured: 1.8 of 2 cores busy), and a write waits for the device (O_DIRECT) or for the kernel's
+        # page-cache work (buffered). At most one batch waits in the queue: a y block and the MD input rows of
+        # each layer.
         self.pwrite_seconds = 0.0
         self._queue: queue.Queue = queue.Queue(maxsize=2 * len(modules))
         self._error: BaseException | None = None

@@ -456,6 +456,11 @@ def neuron_statistics(
     # Shards written with O_DIRECT are read from the device, not the page cache: two more threads than cores keep
     # the cores busy while reads wait (measured on 2 cores: 1.9 s with 2 threads, 1.7 s with 4).
     in_flight: deque[tuple[int, int, list[Future]]] = deque()
+
+    def finish_oldest() -> None:
+        layer, n_neurons, futures = in_flight.popleft()
+        frames.append(table(layer, n_neurons, _gather(futures)))
+
     threads = max(1, torch.get_num_threads()) + (2 if index.meta.get("io") == "direct" else 0)
     with ThreadPoolExecutor(threads) as pool:
         for layer in range(index.n_layers) if layers is None else layers:
@@ -468,9 +473,7 @@ def neuron_statistics(
             get_block = functools.partial(index.y_neuron_windows, layer)  # one chunk in memory per task
             in_flight.append((layer, n_neurons, _submit(pool, engine, get_block, n_neurons, chunk_neurons)))
             if len(in_flight) == 2:
-                done_layer, done_neurons, futures = in_flight.popleft()
-                frames.append(table(done_layer, done_neurons, _gather(futures)))
+                finish_oldest()
         while in_flight:
-            done_layer, done_neurons, futures = in_flight.popleft()
-            frames.append(table(done_layer, done_neurons, _gather(futures)))
+            finish_oldest()
     return pl.concat(frames)
