@@ -17,6 +17,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/neurons.smk"
 include: "workflow/rules/ablate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/analyses.smk"
 
 
 wildcard_constraints:
@@ -34,3 +35,4 @@ rule all:
     default_target: True
     input:
         all_targets,
+        analysis_targets,
