@@ -437,7 +437,11 @@ def figure3d_params(wildcards):
 def figure5_inputs(wildcards):
     m = config["figures"]["figure5"]["model"]
     names = ("pairs", "all_pairs", "robustness")
-    files = ("figure5_pairs.csv", "figure5_all_pairs.parquet", "figure5_robustness.json")
+    files = (
+        "figure5_pairs.csv",
+        "figure5_all_pairs.parquet",
+        "figure5_robustness.json",
+    )
     return {
         k: case_study_path(m, final_revision(m), f)
         for k, f in zip(names, files, strict=True)
@@ -451,7 +455,11 @@ def figure6a_inputs(wildcards):
 
 def figure6a_params(wildcards):
     fig = config["figures"]["figure6"]
-    return {"md_percent": fig["md_percent"], "top_k": fig["top_k"], "label": fig["model"]}
+    return {
+        "md_percent": fig["md_percent"],
+        "top_k": fig["top_k"],
+        "label": fig["model"],
+    }
 
 
 def figure7_inputs(wildcards):
@@ -466,4 +474,8 @@ def figure7_inputs(wildcards):
 
 def figure7_params(wildcards):
     fig = config["figures"]["figure7"]
-    return {"md_percent": fig["md_percent"], "top_k": fig["top_k"], "label": fig["model"]}
+    return {
+        "md_percent": fig["md_percent"],
+        "top_k": fig["top_k"],
+        "label": fig["model"],
+    }
