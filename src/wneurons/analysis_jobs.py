@@ -345,39 +345,40 @@ def layerwise_job(inputs: dict, out_table: str, out_json: str, params: dict) -> 
 
 
 # ---------------------------------------------------------------- figures
-def figure3d_job(table_path: str, out_path: str, params: dict) -> None:
+def figure3d_job(table_path: str, out_path: str, params: dict) -> pl.DataFrame:
     from wneurons.figures import figure3d
 
-    figure3d(pl.read_parquet(table_path), out_path, min_tokens=params["min_tokens"], label=params["label"])
+    return figure3d(pl.read_parquet(table_path), out_path, min_tokens=params["min_tokens"], label=params["label"])
 
 
-def figure5_job(inputs: dict, out_path: str) -> None:
+def figure5_job(inputs: dict, out_path: str) -> list[int]:
     from wneurons.figures import figure5
 
-    figure5(
+    return figure5(
         pl.read_csv(inputs["pairs"]), pl.read_parquet(inputs["all_pairs"]), io.read_json(inputs["robustness"]), out_path
     )
 
 
-def figure6a_job(composition_path: str, out_path: str, params: dict) -> None:
+def figure6a_job(composition_path: str, out_path: str, params: dict) -> pl.DataFrame:
     from wneurons.figures import figure6a
 
     comp = pl.read_parquet(composition_path).filter(
         (pl.col("percent") == float(params["md_percent"])) & (pl.col("top_k") == params["top_k"])
     )
-    figure6a(comp, out_path, label=params["label"])
+    return figure6a(comp, out_path, label=params["label"])
 
 
-def figure7_job(inputs: dict, out_path: str, params: dict) -> None:
+def figure7_job(inputs: dict, out_path: str, params: dict) -> pl.DataFrame:
     from wneurons.figures import figure7
 
     comp = pl.read_parquet(inputs["composition"]).filter(
         (pl.col("percent") == float(params["md_percent"])) & (pl.col("top_k") == params["top_k"])
     )
-    figure7(
+    return figure7(
         comp,
         pl.read_parquet(inputs["layerwise"]),
         io.read_json(inputs["correlations"]),
         out_path,
         label=params["label"],
+        ablation_percent=params["ablation_percent"],
     )

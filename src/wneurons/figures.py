@@ -358,10 +358,10 @@ def figure4(blimp_path, tse_path, out_path) -> None:
 SIGN_COLORS = {"nn": NEGATIVE_COLOR, "pn": "tab:purple", "pp": POSITIVE_COLOR}
 
 
-def figure3d(table: pl.DataFrame, out_path: str | os.PathLike, *, min_tokens: int, label: str) -> None:
+def figure3d(table: pl.DataFrame, out_path: str | os.PathLike, *, min_tokens: int, label: str) -> pl.DataFrame:
     """Figure 3d: mean-shifted ΔNLL (W clamp - perplexity-matched control) per UPOS class with at least
     ``min_tokens`` tokens, sorted, SEM error bars; scaffolding classes coloured apart from content classes.
-    SPACE, X and SPECIAL stay in the table only."""
+    SPACE, X and SPECIAL stay in the table only. Returns the rows drawn, in bar order."""
     from wneurons.pos import CONTENT, NOT_PLOTTED, SCAFFOLDING
 
     rows = table.filter((pl.col("n") >= min_tokens) & ~pl.col("upos").is_in(list(NOT_PLOTTED)))
@@ -378,11 +378,13 @@ def figure3d(table: pl.DataFrame, out_path: str | os.PathLike, *, min_tokens: in
         title=f"{label}: {w:g}% W vs {m:.3g}% matched, {int(table['n'].sum())} tokens (n per class below)",
     )
     _save(fig, out_path)
+    return rows
 
 
-def figure5(pairs: pl.DataFrame, all_pairs: pl.DataFrame, summary: dict, out_path: str | os.PathLike) -> None:
+def figure5(pairs: pl.DataFrame, all_pairs: pl.DataFrame, summary: dict, out_path: str | os.PathLike) -> list[int]:
     """Figure 5: (a) the neuron's top pairs with tokens, POS / dep and sign; (b) its pre-activation histogram
-    (log y) with the pair values marked and joined; (c) all pairs' normalized output vs input distance."""
+    (log y) with the pair values marked and joined; (c) all pairs' normalized output vs input distance.
+    Returns the pairs highlighted in (c)."""
     fig = Figure(figsize=(15, 5.5), layout="constrained")
     ax_a, ax_b, ax_c = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.6, 1, 1]})
     ax_a.axis("off")
@@ -424,6 +426,7 @@ def figure5(pairs: pl.DataFrame, all_pairs: pl.DataFrame, summary: dict, out_pat
         f"{min(summary['robustness']['n_nn'])}-{max(summary['robustness']['n_nn'])}"
     )
     _save(fig, out_path)
+    return sorted(top)
 
 
 def _composition_axes(ax, comp: pl.DataFrame, log_y: bool) -> None:
@@ -439,22 +442,30 @@ def _composition_axes(ax, comp: pl.DataFrame, log_y: bool) -> None:
     ax.legend(fontsize=7)
 
 
-def figure6a(comp: pl.DataFrame, out_path: str | os.PathLike, *, label: str) -> None:
+def figure6a(comp: pl.DataFrame, out_path: str | os.PathLike, *, label: str) -> pl.DataFrame:
     """Figure 6a: NN / PN / PP share of the top-k pairs of the top-p% MD neurons per layer (SEM bands), with the
-    NN share over all pairs of the same neurons as the null."""
+    NN share over all pairs of the same neurons as the null. Returns the rows drawn (one per layer)."""
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.subplots()
     _composition_axes(ax, comp, log_y=False)
     p, k, n = comp["percent"][0], comp["top_k"][0], int(comp["n_neurons"].sum())
     ax.set_title(f"{label}: top {p:g}% MD neurons ({n} in all), top {k} pairs each")
     _save(fig, out_path)
+    return comp
 
 
 def figure7(
-    comp: pl.DataFrame, layerwise: pl.DataFrame, correlations: dict, out_path: str | os.PathLike, *, label: str
-) -> None:
+    comp: pl.DataFrame,
+    layerwise: pl.DataFrame,
+    correlations: dict,
+    out_path: str | os.PathLike,
+    *,
+    label: str,
+    ablation_percent: float,
+) -> pl.DataFrame:
     """Figure 7: (a) composition, log y; (b, c) single-layer ablation error (BLiMP, TSE) vs NN share with a
-    least-squares line and Pearson r; (d) NN share and both errors min-max normalized over the ablated layers."""
+    least-squares line and Pearson r; (d) NN share and both errors min-max normalized over the ablated layers.
+    Returns panel (d)'s normalized series (layer 0-based, share_nn, err_blimp, err_tse)."""
     from wneurons.layerwise import normalize_minmax
 
     fig = Figure(figsize=(14, 9), layout="constrained")
@@ -474,13 +485,17 @@ def figure7(
         stat = f"r = {c['pearson_r']:.2f} (p = {c['pearson_p']:.2g})" if "pearson_r" in c else "r undefined"
         ax.set(xlabel="NN share of top pairs", ylabel="error (clean - ablated accuracy)", title=f"{title}: {stat}")
     layers = layerwise["layer"].to_numpy() + 1
+    overlay = {"layer": layerwise["layer"].to_numpy()}
     for column, name, color in (
         ("share_nn", "NN share", SIGN_COLORS["nn"]),
         ("err_blimp", "BLiMP error", "black"),
         ("err_tse", "TSE error", "tab:green"),
     ):
-        ax_d.plot(layers, normalize_minmax(layerwise[column].to_numpy()), marker="o", label=name, color=color)
+        overlay[column] = normalize_minmax(layerwise[column].to_numpy())
+        ax_d.plot(layers, overlay[column], marker="o", label=name, color=color)
     ax_d.set(xlabel="layer (ablated alone)", ylabel="min-max normalized", title="(d) normalized overlay")
     ax_d.legend(fontsize=7)
-    fig.suptitle(f"{label}: single-layer 1% W ablation on layers {', '.join(str(v) for v in layers)}")
+    shown = ", ".join(str(v) for v in layers)
+    fig.suptitle(f"{label}: single-layer {ablation_percent:g}% W ablation, each of layers {shown} alone")
     _save(fig, out_path)
+    return pl.DataFrame(overlay)

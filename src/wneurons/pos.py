@@ -93,7 +93,7 @@ def tag_tokens(frame: pl.DataFrame, text: str, nlp, batch_size: int = 8) -> pl.D
     index = align_tags(
         frame["char_start"].to_numpy(), frame["char_end"].to_numpy(), cat(starts), cat(ends), cat(ends_ws)
     )
-    labels = np.array([*upos, UNTAGGED, SPECIAL], dtype=object)  # index -1 -> X, -2 -> SPECIAL
+    labels = np.array([*upos, SPECIAL, UNTAGGED], dtype=object)  # index -1 -> X, -2 -> SPECIAL
     deps = np.array([*dep, "", ""], dtype=object)
     return frame.with_columns(
         upos=pl.Series(labels[index], dtype=pl.String), dep=pl.Series(deps[index], dtype=pl.String)
