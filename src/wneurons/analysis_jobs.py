@@ -39,9 +39,10 @@ def _positions_sha256(positions: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(positions, dtype=np.int64).tobytes()).hexdigest()
 
 
-def _token_table(tokenizer, ids: np.ndarray, positions: np.ndarray, window: int) -> pl.DataFrame:
-    """One row per sampled position: row, position, window, token_id, token and its context (±10 tokens within
-    the text, the token itself in [[ ]])."""
+def _token_table(tokenizer, ids: np.ndarray, spans: np.ndarray, positions: np.ndarray, window: int) -> pl.DataFrame:
+    """One row per sampled position: row, position, window, token_id, char_start / char_end (its span in the
+    text: what the POS tags are matched on, whatever special tokens a scoring convention adds), token and its
+    context (±10 tokens within the text, the token itself in [[ ]])."""
     tokens, contexts = [], []
     for p in positions.tolist():  # a few thousand decodes: the tokenizer has no batched decode with slices
         left = tokenizer.decode(ids[max(0, p - CONTEXT_TOKENS) : p].tolist())
@@ -54,9 +55,20 @@ def _token_table(tokenizer, ids: np.ndarray, positions: np.ndarray, window: int)
             "position": positions,
             "window": (positions // window).astype(np.int32),
             "token_id": ids[positions].astype(np.int32),
+            "char_start": spans[positions, 0].astype(np.int32),
+            "char_end": spans[positions, 1].astype(np.int32),
             "token": tokens,
             "context": contexts,
         }
+    )
+
+
+def _encode(tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids (int64) of ``text`` without special tokens, as every stream here is cut, and their character
+    spans [N, 2] (the fast tokenizer's offsets)."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return np.asarray(enc["input_ids"], dtype=np.int64), np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(
+        -1, 2
     )
 
 
@@ -93,11 +105,11 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
         kwargs = {"revision": spec["revision"]} if "hub_id" in spec else {}
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         text = load_wikitext(Path(wikitext_dir) / "wiki.test.raw")
-        ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+        ids, spans = _encode(tokenizer, text)
     else:
         model, tokenizer = load_configured_model(spec, params["dtype"])
         text = load_wikitext(Path(wikitext_dir) / "wiki.valid.raw")
-        ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+        ids, spans = _encode(tokenizer, text)
         window, split = params["window"], "validation"
         usable = len(ids) if params["max_tokens"] is None else min(len(ids), params["max_tokens"])
         n_windows = usable // window
@@ -126,7 +138,7 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
         for layer, (x, y) in enumerate(layers):
             np.save(tmp / _sample_x(layer), x)
             np.save(tmp / _sample_y(layer), y)
-        io.write_parquet(tmp / SAMPLE_TOKENS, _token_table(tokenizer, ids, positions, window))
+        io.write_parquet(tmp / SAMPLE_TOKENS, _token_table(tokenizer, ids, spans, positions, window))
         meta["bytes_per_layer"] = int(sum(x.nbytes + y.nbytes for x, y in layers) / len(layers))
         meta["seconds"] = round(time.perf_counter() - start, 2)
         meta["provenance"] = io.provenance(**_model_provenance(spec), **_data_provenance(wikitext_dir))
@@ -260,13 +272,14 @@ def case_study_job(inputs: dict, outputs: dict, params: dict) -> dict:
     y = y_all[:, neuron]
     tokens = pl.read_parquet(Path(inputs["sample"]) / SAMPLE_TOKENS)
     meta = io.read_json(Path(inputs["sample"]) / SAMPLE_INDEX)
-    # POS of the sampled tokens: the validation tags, matched on position and checked on the token id.
+    # POS of the sampled tokens: the validation tags, matched on the character span and token id (positions
+    # may differ by the special tokens a scoring convention adds); the first token of a perplexity window is not
+    # scored, hence not tagged: "n/a".
     if meta["split"] == "validation" and inputs.get("tags"):
-        tags = pl.read_parquet(inputs["tags"], columns=["position", "token_id", "upos", "dep"])
-        tokens = tokens.join(tags.rename({"token_id": "tag_token_id"}), on="position", how="left")
-        mismatch = tokens.filter(pl.col("tag_token_id").is_not_null() & (pl.col("tag_token_id") != pl.col("token_id")))
-        if mismatch.height:
-            raise ValueError(f"case study: {mismatch.height} sampled tokens differ from the POS table's token ids")
+        keys = ["char_start", "char_end", "token_id"]
+        tags = pl.read_parquet(inputs["tags"], columns=[*keys, "upos", "dep"]).unique(subset=keys)
+        tokens = tokens.join(tags, on=keys, how="left").sort("row")
+        log.info("case study: %d of %d sampled tokens tagged", tokens["upos"].is_not_null().sum(), tokens.height)
         tokens = tokens.with_columns(pl.col("upos").fill_null("n/a"), pl.col("dep").fill_null("n/a"))
     else:
         tokens = tokens.with_columns(upos=pl.lit("n/a"), dep=pl.lit("n/a"))
