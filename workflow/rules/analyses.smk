@@ -61,7 +61,7 @@ rule pos_tags:
         "../../environment.yml"
     threads: 1
     params:
-        pos=config["pos"],
+        pos=pos_tags_params,
     script:
         "../scripts/pos_tags.py"
 
@@ -79,7 +79,7 @@ rule pos_surprisal:
         "../../environment.yml"
     threads: 1
     params:
-        pos=config["pos"],
+        pos=pos_surprisal_params,
     script:
         "../scripts/pos_surprisal.py"
 

@@ -363,6 +363,15 @@ def pos_tags_inputs(wildcards):
     }
 
 
+def pos_tags_params(wildcards):
+    """Only what changes the tags (a new figure threshold must not re-tag)."""
+    return {"spacy_model": config["pos"]["spacy_model"]}
+
+
+def pos_surprisal_params(wildcards):
+    return {k: config["pos"][k] for k in ("percent", "n_boot", "seed")}
+
+
 def pos_surprisal_inputs(wildcards):
     m, r, p = wildcards.model, wildcards.revision, config["pos"]["percent"]
     w = analysis_condition("all", "wasserstein", p)
