@@ -24,9 +24,7 @@ rule score_clean:
 
 rule matched_search:
     input:
-        model=model_dir,
-        data="resources/data/wikitext2",
-        neurons="results/{model}/{revision}/neurons.parquet",
+        unpack(matched_search_inputs),
     output:
         "results/{model}/{revision}/ablations/{scope}/matched/p{fraction}/search.json",
     log:
