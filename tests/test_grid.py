@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from wneurons.config import validate_config
-from wneurons.grid import conditions_for, format_fraction, layer_groups, layers_for_scope
+from wneurons.grid import BENCHMARKS, conditions_for, format_fraction, layer_groups, layers_for_scope
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,3 +58,9 @@ def test_adding_a_fraction_only_adds_conditions(config):
     after = set(conditions_for(config, "qwen3-8b-base", "main"))
     assert before < after
     assert {c.fraction for c in after - before} == {"10"}
+
+
+def test_every_benchmark_of_the_grid_has_a_scorer():
+    from wneurons.jobs import BENCHMARKS as SCORED
+
+    assert set(SCORED) == set(BENCHMARKS)
