@@ -154,6 +154,7 @@ def test_restricted_layers_refused_where_a_job_reads_other_layers(tmp_path):
     cfg = with_local_data(demo_config(), tmp_path)
     model = cfg["models"]["smollm2-135m"]
     model |= {"ablate": False, "neuron_layers": {"final": [2]}}
+    cfg["ablation"]["single_layers"]["models"] = []  # the demo ablates single layers of its model (Fig. 7)
     with pytest.raises(ConfigError, match=r"figures.figure1.layer: layer 1 of smollm2-135m is not collected"):
         validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)
     model["neuron_layers"]["final"] = [1]
