@@ -35,7 +35,7 @@ def analyses_run(tmp_path_factory):
     config["ablation"]["single_layers"] = {"models": [MODEL], "percents": [percent], "layers": [0, 2]}
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     jobs = dry_run_jobs(root, *TARGETS)
-    snakemake(root, "--cores", "2", *TARGETS)
+    snakemake(root, "--cores", "2", *TARGETS, timeout=1800)
     return root, jobs
 
 
