@@ -84,14 +84,18 @@ def test_layerwise_errors_are_clean_minus_ablated_accuracy(analyses_run):
     assert case.height == 4 and np.all(np.diff(case["r"].to_numpy()) <= 0)
 
 
-def test_a_deleted_single_layer_result_is_recomputed_alone(analyses_run):
+def test_a_run_stopped_before_a_single_layer_job_resumes_with_it(analyses_run):
+    # What a kill during the l3 BLiMP job leaves (atomic outputs): neither its files nor anything downstream.
     root, _ = analyses_run
     percent = yaml.safe_load((root / "config.yaml").read_text())["ablation"]["percents"][0]
     before = pl.read_parquet(root / BASE / "layerwise_nn_vs_error.parquet")
     for suffix in ("json", "items.parquet"):
         (root / BASE / f"ablations/l3/wasserstein/p{percent:g}/t0/blimp.{suffix}").unlink()
+    for name in ("layerwise_nn_vs_error.parquet", "layerwise_correlations.json"):
+        (root / BASE / name).unlink()
+    (root / "results/figures/figure7.png").unlink()
     jobs = dry_run_jobs(root, *TARGETS)
-    assert jobs["score_ablation"] == 1 and jobs["layerwise"] == 1
+    assert jobs["score_ablation"] == 1 and jobs["layerwise"] == 1 and jobs["figure7"] == 1
     assert not {"pair_sample", "pair_signs", "pos_tags", "collect_activations"} & set(jobs)
     snakemake(root, "--cores", "2", *TARGETS)
     after = pl.read_parquet(root / BASE / "layerwise_nn_vs_error.parquet")
