@@ -104,6 +104,15 @@ def _check_semantics(config: dict, workdir: Path) -> None:
             raise ConfigError(f"config: models.{name}.local_path: no such directory: {spec['local_path']}")
         if spec["checkpoint_ablations"] and not spec["checkpoints"]:
             raise ConfigError(f"config: models.{name}.checkpoint_ablations: true but checkpoints is empty")
+        listed = spec["checkpoint_ablations"]
+        if isinstance(listed, list) and (unknown := [r for r in listed if r not in spec["checkpoints"]]):
+            raise ConfigError(f"config: models.{name}.checkpoint_ablations: {unknown} are not among its checkpoints")
+        train = spec.get("checkpoint_suite", {}).get("train")
+        if train and train["num_layers"] != spec["num_layers"]:
+            raise ConfigError(
+                f"config: models.{name}.checkpoint_suite.train.num_layers: {train['num_layers']} but num_layers "
+                f"is {spec['num_layers']}"
+            )
     for dname, dspec in config["data"].items():
         if not (workdir / dspec["checksums"]).is_file():
             raise ConfigError(f"config: data.{dname}.checksums: no such file: {dspec['checksums']}")

@@ -111,3 +111,27 @@ def perplexity_matched_fraction(
         "converged": gap <= tolerance,
         "trace": trace,
     }
+
+
+def top_percent_indices(values: np.ndarray, percent: float, rule: str = "authors") -> np.ndarray:
+    """Sorted int64 indices of the top ``percent`` % of a 1-D array (NaN ranks lowest).
+
+    ``rule="authors"``: ``values > np.percentile(values, 100 - percent)`` (the authors' code; ties at the
+    threshold are left out, so the count can be one short of K·p/100); ``rule="round"``:
+    ``max(1, round(K·p/100))`` highest values, ties by lower index.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1:
+        raise ValueError(f"top_percent_indices: values must be 1-D, got shape {v.shape}")
+    if not 0 < percent <= 100:
+        raise ValueError(f"percent must be in (0, 100], got {percent}")
+    ranked = np.where(np.isnan(v), -np.inf, v)
+    if rule == "authors":
+        finite = ranked[np.isfinite(ranked)]
+        if finite.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(ranked > np.percentile(finite, 100 - percent)).astype(np.int64)
+    if rule == "round":
+        k = neurons_per_layer(v.size, percent)
+        return np.sort(np.argsort(-ranked, kind="stable")[:k]).astype(np.int64)
+    raise ValueError(f"unknown top-percent rule {rule!r}; expected authors or round")
