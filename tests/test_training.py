@@ -145,3 +145,40 @@ def test_weight_rows_read_from_safetensors_and_bin(tmp_path, tiny_model):
     np.testing.assert_array_equal(training.read_weight_rows(tmp_path / "bin", name)[1], expected)
     with pytest.raises(KeyError, match="no tensor"):
         training.read_weight_rows(tmp_path / "st", "gpt_neox.layers.9.mlp.dense_h_to_4h.weight")
+
+
+def test_local_suite_and_hub_revisions_enumerate_the_same_jobs(tmp_path):
+    from pathlib import Path
+
+    from wneurons.config import validate_config
+    from wneurons.grid import conditions_for
+
+    repo = Path(__file__).resolve().parents[1]
+    schema = repo / "workflow/schemas/config.schema.yaml"
+    data = {
+        name: {"local_dir": f"../shared/data/{d}", "checksums": f"resources/checksums/{c}.sha256"}
+        for name, d, c in (("blimp", "blimp/data", "blimp"), ("tse", "tse/pickle/EMNLP2018", "tse-pickle"))
+    } | {
+        "wikitext2": {
+            "local_dir": "../shared/data/wikitext-2/raw",
+            "checksums": "resources/checksums/wikitext-2.sha256",
+        }
+    }
+    common = {"family": "gpt_neox", "num_layers": 2, "params_b": 0.01, "checkpoint_ablations": ["step1000"]}
+    common |= {"weight_checkpoints": ["step0", "step1000", "step2000"]}
+    hub = {"hub_id": "EleutherAI/pythia-70m", "final_revision": "step2000", "checkpoints": ["step0", "step1000"]}
+    for name in ("checkpoint-1000", "checkpoint-2000", "step0"):
+        _fake_checkpoint(tmp_path / "suite", name)
+    local = {"checkpoint_suite": {"path": str(tmp_path / "suite")}}
+    configs = {}
+    for kind, source in (("hub", hub), ("suite", local)):
+        config = validate_config({"models": {"m": common | source}, "data": data}, schema, workdir=repo)
+        spec = config["models"]["m"]
+        if kind == "suite":
+            dirs = training.resolve_checkpoint_suite("m", spec, trained_dir="unused")
+            assert dirs["step1000"] == str(tmp_path / "suite" / "checkpoint-1000")
+        revisions = training.training_revisions(spec)
+        configs[kind] = [(r, conditions_for(config, "m", r)) for r in revisions]
+    assert configs["hub"] == configs["suite"]
+    assert [r for r, _ in configs["suite"]] == ["step0", "step1000", "step2000"]
+    assert configs["suite"][1][1] and not configs["suite"][0][1]  # ablations at step1000 only (and the final)

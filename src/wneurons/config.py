@@ -102,14 +102,18 @@ def _check_semantics(config: dict, workdir: Path) -> None:
             raise ConfigError(f"config: models.{name}.checkpoints: repeats final_revision {spec['final_revision']!r}")
         if "local_path" in spec and not (workdir / spec["local_path"]).is_dir():
             raise ConfigError(f"config: models.{name}.local_path: no such directory: {spec['local_path']}")
+        suite = spec.get("checkpoint_suite", {})
+        if suite and (suite["train"] is None) == (suite["path"] is None):
+            raise ConfigError(
+                f"config: models.{name}.checkpoint_suite: give exactly one of path (a suite on disk) or train"
+            )
+        if suite and suite["train"] is None:
+            continue  # a suite on disk: its revisions are read (and checked) by wneurons.training
         if spec["checkpoint_ablations"] and not spec["checkpoints"]:
             raise ConfigError(f"config: models.{name}.checkpoint_ablations: true but checkpoints is empty")
         listed = spec["checkpoint_ablations"]
         if isinstance(listed, list) and (unknown := [r for r in listed if r not in spec["checkpoints"]]):
             raise ConfigError(f"config: models.{name}.checkpoint_ablations: {unknown} are not among its checkpoints")
-        suite = spec.get("checkpoint_suite", {})
-        if suite and (suite["train"] is None) == (suite["path"] is None):
-            raise ConfigError(f"config: models.{name}.checkpoint_suite: give exactly one of path (a suite on disk) or train")
         train = suite.get("train")
         if train and train["num_layers"] != spec["num_layers"]:
             raise ConfigError(

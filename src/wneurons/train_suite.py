@@ -61,13 +61,17 @@ def train_tokenizer(text: str, vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, pad_token=EOS, unk_token=EOS)
 
 
-def statistics_end_char(tokenizer, test_text: str, max_tokens: int | None) -> int:
+def statistics_end_char(tokenizer, test_text: str, max_tokens: int | None, before: int) -> int:
     """Character offset just past the last token of ``test_text`` that the neuron statistics read (the first
-    ``max_tokens`` tokens; all of them when None)."""
+    ``max_tokens`` tokens; all of them when None). Only ``test_text[:before]`` is tokenized: if it holds fewer
+    than ``max_tokens`` tokens the statistics read past ``before`` and the text's length is returned."""
     if max_tokens is None:
         return len(test_text)
-    offsets = tokenizer(test_text, return_offsets_mapping=True, add_special_tokens=False)["offset_mapping"]
-    return int(offsets[min(max_tokens, len(offsets)) - 1][1])
+    head = test_text[:before]
+    offsets = tokenizer(head, return_offsets_mapping=True, add_special_tokens=False)["offset_mapping"]
+    if len(offsets) < max_tokens:
+        return len(test_text)
+    return int(offsets[max_tokens - 1][1])
 
 
 @contextlib.contextmanager
@@ -141,7 +145,7 @@ def train_checkpoint_suite(
     text, start_char = training_text(test_text, train["text_start"])
     with deterministic(train["threads"]), io.atomic_directory(out_dir) as out:
         tokenizer = train_tokenizer(text, train["vocab_size"])
-        stats_end = statistics_end_char(tokenizer, test_text, statistics_max_tokens)
+        stats_end = statistics_end_char(tokenizer, test_text, statistics_max_tokens, before=start_char)
         if stats_end > start_char:
             raise ValueError(
                 f"train.text_start: the training text starts at character {start_char} of wiki.test.raw but the "
@@ -149,6 +153,7 @@ def train_checkpoint_suite(
                 "raise text_start or lower neurons.max_tokens"
             )
         ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+        log.info("tokenizer and %d training tokens ready in %.1f s", ids.size, time.perf_counter() - start_time)
         seq_len, batch = train["seq_len"], train["batch_size"]
         if ids.size <= seq_len + 1:
             raise ValueError(f"training text has {ids.size} tokens, fewer than one sequence of {seq_len}")
@@ -188,7 +193,7 @@ def train_checkpoint_suite(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
-            losses.append(float(loss))
+            losses.append(loss.detach().item())
         manifest = {
             "checkpoints": saved,
             "train": train,

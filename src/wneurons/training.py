@@ -108,7 +108,8 @@ def resolve_checkpoint_suite(name: str, spec: dict, trained_dir: str, workdir: s
         spec["final_revision"] = steps[-1]
     if not spec["checkpoints"]:
         spec["checkpoints"] = [r for r in steps if r != spec["final_revision"]]
-    missing = [r for r in training_revisions(spec) if r not in found]
+    listed = spec["checkpoint_ablations"]
+    missing = [r for r in training_revisions(spec) + (listed if isinstance(listed, list) else []) if r not in found]
     if missing:
         raise ValueError(f"models.{name}.checkpoint_suite: {root} has no checkpoint for {', '.join(missing)}")
     return {r: str(root / Path(found[r]).relative_to(Path(workdir) / root)) for r in steps}
