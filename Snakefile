@@ -17,6 +17,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/neurons.smk"
 include: "workflow/rules/ablate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/analyses.smk"
 include: "workflow/rules/training.smk"
 
 
@@ -25,7 +26,7 @@ wildcard_constraints:
     revision="[A-Za-z0-9._-]+",
     benchmark="blimp|tse|ppl",
     dataset="blimp|tse|wikitext2",
-    scope="all|[gc][0-9]+",
+    scope="all|[gcl][0-9]+",
     selector="wasserstein|random|lowest|matched",
     fraction="[0-9]+(\.[0-9]+)?",
     trial="[0-9]+",
@@ -35,3 +36,4 @@ rule all:
     default_target: True
     input:
         all_targets,
+        analysis_targets,

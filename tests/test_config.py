@@ -7,6 +7,8 @@ import pytest
 import yaml
 
 from wneurons.config import ConfigError, load_yaml_strict, validate_config
+from wneurons.data import PUBLIC_SOURCES
+from wneurons.scoring import CONVENTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
@@ -36,7 +38,30 @@ def test_shipped_configs_validate_and_get_defaults(name, tmp_path):
     model = next(iter(out["models"].values()))
     assert "final_revision" in model and "ablate" in model
     assert out["ablation"]["layer_groups"]["size"] >= 1
-    assert out["evaluation"]["convention"] in ("authors", "harness")
+    assert out["evaluation"]["convention"] in CONVENTIONS
+    # The data sources come from the one pin (wneurons.data.PUBLIC_SOURCES), not from the config files.
+    assert out["data"]["blimp"]["url"] == PUBLIC_SOURCES["blimp"]["url"]
+    assert out["data"]["wikitext2"]["archive_sha256"] == PUBLIC_SOURCES["wikitext-2"]["archive_sha256"]
+    assert out["data"]["tse"]["url"] == PUBLIC_SOURCES["tse-pickle"]["url"]
+
+
+def test_family_is_optional_and_text_only_model_types_are_accepted(tmp_path):
+    cfg = with_local_data(demo_config(), tmp_path)
+    del cfg["models"]["smollm2-135m"]["family"]
+    assert validate_config(cfg, SCHEMA, ROOT)["models"]["smollm2-135m"]["family"] is None
+    cfg["models"]["smollm2-135m"]["family"] = "gemma3_text"
+    validate_config(cfg, SCHEMA, ROOT)
+
+
+def test_a_plain_gguf_file_is_a_model_source(tmp_path):
+    cfg = with_local_data(demo_config(), tmp_path)
+    spec = cfg["models"]["smollm2-135m"]
+    del spec["gguf_wheel"]
+    spec["gguf_file"] = str(tmp_path / "model.gguf")
+    with pytest.raises(ConfigError, match=r"models\.smollm2-135m\.gguf_file: no such path"):
+        validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    validate_config(cfg, SCHEMA, ROOT)
 
 
 def _set(cfg, path, value):
@@ -58,15 +83,28 @@ BAD = [
     ((*M, "num_layers"), 0, "num_layers"),
     ((*M, "family"), "bert", "family"),
     ((*M, "params_b"), -1, "params_b"),
-    ((*M, "hub_id"), "org/model", "exactly one of hub_id"),
+    ((*M, "hub_id"), "org/model", "exactly one of hub_id, local_path, gguf_wheel, gguf_file"),
     ((*M, "gguf_wheel"), _DELETE, "exactly one of hub_id"),
+    ((*M, "gguf_file"), "model.gguf", "exactly one of hub_id"),
+    ((*M, "window_bos"), "yes", "window_bos"),
     ((*M, "checkpoints"), ["step1", "step1"], "checkpoints"),
     ((*M, "checkpoints"), ["main"], "repeats final_revision"),
     ((*M, "colour"), "blue", "unknown key"),
     (("models",), {}, "models"),
-    (("ablation", "fractions"), [150], "fractions"),
-    (("ablation", "fractions"), [0], "fractions"),
-    (("ablation", "fractions"), [], "fractions"),
+    (("ablation", "percents"), [150], "ablation.percents"),
+    (("ablation", "percents"), [0], "ablation.percents"),
+    (("ablation", "percents"), [], "ablation.percents"),
+    (("ablation", "fractions"), [1], "unknown key under ablation"),  # renamed: percents
+    (("ablation", "matched", "search_tokens"), 4096, "unknown key under ablation.matched"),  # the ppl stream now
+    (("ablation", "count_rule"), "floor", "ablation.count_rule"),
+    (("ablation", "checkpoint_selection"), "first", "ablation.checkpoint_selection"),
+    (("ablation", "layer_groups", "size"), [0], "ablation.layer_groups.size"),
+    (("ablation", "single_layers"), {"models": ["gpt-9"]}, "ablation.single_layers.models"),
+    (("ablation", "single_layers"), {"models": ["smollm2-135m"], "layers": [30]}, "single_layers.layers: layer 30"),
+    (("neurons", "layers"), {"checkpoints": [30]}, "neurons.layers.checkpoints: layer 30"),
+    (("neurons", "layers"), {"final": [1]}, "neurons.layers.final: smollm2-135m is ablated"),
+    ((*M, "neuron_layers"), {"final": [5]}, "neurons.layers.final: smollm2-135m is ablated"),
+    ((*M, "neuron_layers"), {"final": [30]}, "models.smollm2-135m.neuron_layers.final: layer 30"),
     (("ablation", "random_trials"), 0, "random_trials"),
     (("ablation", "mode"), "sideways", "mode"),
     (("evaluation", "convention"), "mine", "convention"),
@@ -96,9 +134,10 @@ def test_malformed_config_gives_one_line_naming_the_key(path, value, expected, t
 
 def test_missing_data_without_url_is_an_error(tmp_path):
     cfg = with_local_data(demo_config(), tmp_path)
-    cfg["data"]["blimp"]["local_dir"] = str(tmp_path / "nowhere")
-    cfg["data"]["blimp"]["url"] = None
-    with pytest.raises(ConfigError, match=r"data\.blimp: local_dir .* does not exist"):
+    # The derived TSE jsonl files have no public source to pin, so url: null leaves nothing to download.
+    cfg["data"]["tse"] |= {"local_dir": str(tmp_path / "nowhere"), "url": None, "format": "jsonl"}
+    cfg["data"]["tse"]["checksums"] = "resources/checksums/tse-jsonl.sha256"
+    with pytest.raises(ConfigError, match=r"data\.tse: local_dir .* does not exist"):
         validate_config(cfg, SCHEMA, ROOT)
 
 
@@ -109,3 +148,19 @@ def test_duplicate_model_names_are_refused(tmp_path):
     dup.write_text(text.replace(block, block + "\n" + block, 1))
     with pytest.raises(ConfigError, match=r"duplicate key 'smollm2-135m' at .*dup.yaml:\d+"):
         load_yaml_strict(dup)
+
+
+def test_restricted_layers_refused_where_a_job_reads_other_layers(tmp_path):
+    cfg = with_local_data(demo_config(), tmp_path)
+    model = cfg["models"]["smollm2-135m"]
+    model |= {"ablate": False, "neuron_layers": {"final": [2]}}
+    with pytest.raises(ConfigError, match=r"figures.figure1.layer: layer 1 of smollm2-135m is not collected"):
+        validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)
+    model["neuron_layers"]["final"] = [1]
+    validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)  # figures 1 and 2a read layer 1 only
+    model |= {"ablate": True, "checkpoints": ["step1"], "checkpoint_ablations": True, "neuron_layers": {}}
+    cfg["neurons"]["layers"] = {"checkpoints": [1]}
+    validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)  # checkpoints ablate the final revision's cohort
+    cfg["ablation"]["checkpoint_selection"] = "own"
+    with pytest.raises(ConfigError, match=r"neurons.layers.checkpoints: smollm2-135m .* checkpoint_selection: own"):
+        validate_config(cfg, SCHEMA, ROOT)

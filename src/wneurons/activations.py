@@ -10,7 +10,11 @@ A shard directory holds, for each layer L (0-based):
   replacement (float32, [md_tokens, d_in], rows in drawing order), so that mapping difficulty can be recomputed
   for any pair count <= md_tokens / 2 without running the model again.
 - ``index.json``: N, K and d_in per layer, window, token counts, the MD token positions, seed, dtype, model name,
-  the text's sha256, how the y files were written (``io``: "direct" or "buffered") and provenance.
+  the text's sha256, how the y files were written (``io``: "direct" or "buffered"), whether each window started
+  with a BOS (``window_bos``) and provenance.
+
+With ``window_bos`` every window of ``window`` text tokens is fed after a BOS: the model sees ``window + 1``
+positions, the BOS position's outputs are not stored, so N and the layout are those of a run without it.
 
 Both .npy files have their header padded to 4096 bytes, so that the y data can be written and read with
 ``O_DIRECT`` (:mod:`wneurons.shard_io`); ``numpy.load`` reads them as usual.
@@ -21,6 +25,7 @@ renamed at the end, so a killed job leaves nothing that looks finished.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -29,6 +34,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +44,7 @@ import torch
 
 from wneurons import registry
 from wneurons.io import atomic_directory, provenance, read_json, write_json
+from wneurons.scoring import window_bos_token
 from wneurons.shard_io import (
     SHARD_IO_MODES,
     aligned,
@@ -91,7 +98,13 @@ class ShardIndex:
 
     @property
     def n_layers(self) -> int:
+        """Layers stored (all of the model's, or those ``layers=`` restricted collection to)."""
         return len(self.meta["layers"])
+
+    @property
+    def layers(self) -> list[int]:
+        """0-based indices of the layers stored, ascending."""
+        return [entry["layer"] for entry in self.meta["layers"]]
 
     @property
     def n_tokens(self) -> int:
@@ -104,9 +117,10 @@ class ShardIndex:
         return np.asarray(self.meta["md_positions"], dtype=np.int64)
 
     def _check_layer(self, layer: int) -> dict[str, Any]:
-        if not 0 <= layer < self.n_layers:
-            raise IndexError(f"{self.path}: layer {layer} out of range (model has {self.n_layers} layers)")
-        return self.meta["layers"][layer]
+        for entry in self.meta["layers"]:
+            if entry["layer"] == layer:
+                return entry
+        raise IndexError(f"{self.path}: no shards for layer {layer} (collected layers: {self.layers})")
 
     def _open(self, name: str, shape: tuple[int, ...]) -> np.memmap:
         arr = np.load(self.path / name, mmap_mode="r")
@@ -256,10 +270,15 @@ class _ShardWriter:
         dtype: str,
         model_name: str,
         io: str = "auto",
+        skip_first: bool = False,
+        layer_ids: list[int] | None = None,
     ):
         self.directory = directory
+        # Hooks, files and counters are indexed by position in ``modules``; files are named by model layer.
+        self.layer_ids = list(range(len(modules))) if layer_ids is None else list(layer_ids)
         self.model_name = model_name
         self.window = window
+        self.skip_first = skip_first  # each fed window starts with a BOS whose outputs are not stored
         self.np_dtype, self.torch_dtype = SHARD_DTYPES[dtype]
         self.limit = float(np.finfo(self.np_dtype).max)
         self.shapes = [tuple(registry.projection_weight(m).shape) for m in modules]  # (K, d_in) per layer
@@ -274,7 +293,7 @@ class _ShardWriter:
         self.data_offsets: list[tuple[int, int]] = []
         self.fds: list[tuple[int, int]] = []
         try:
-            for layer, (k, d_in) in enumerate(self.shapes):
+            for layer, (k, d_in) in zip(self.layer_ids, self.shapes, strict=True):
                 y_path, x_path = directory / _y_file(layer), directory / _x_file(layer)
                 offsets = create_npy(y_path, self.np_dtype, (n_tokens // window, k, window))
                 self.data_offsets.append((offsets, create_npy(x_path, np.float32, (len(md_positions), d_in))))
@@ -311,19 +330,22 @@ class _ShardWriter:
     def write(self, layer: int, x: torch.Tensor, y: torch.Tensor) -> None:
         start = time.perf_counter()
         k, d_in = self.shapes[layer]
-        y = y.detach().reshape(-1, k)
+        y = y.detach()
+        if self.skip_first:
+            y = y.reshape(-1, self.window + 1, k)[:, 1:]
+        y = y.reshape(-1, k)
         n = y.shape[0]
         # One pass finds both ends: NaN propagates into them and an inf is one of them.
         low, high = (float(v) for v in torch.aminmax(y))
         if not (math.isfinite(low) and math.isfinite(high)):
             raise FloatingPointError(
-                f"{self.model_name}: layer {layer} pre-activations contain NaN or inf "
+                f"{self.model_name}: layer {self.layer_ids[layer]} pre-activations contain NaN or inf "
                 f"(tokens {self.offset}..{self.offset + n - 1})"
             )
         if max(-low, high) > self.limit:
             raise OverflowError(
-                f"{self.model_name}: layer {layer} pre-activation |y| = {max(-low, high):.4g} exceeds the "
-                f"{self.np_dtype} range ({self.limit:.4g}); collect with dtype='float32'"
+                f"{self.model_name}: layer {self.layer_ids[layer]} pre-activation |y| = {max(-low, high):.4g} "
+                f"exceeds the {self.np_dtype} range ({self.limit:.4g}); collect with dtype='float32'"
             )
         block, transposed = _host_block(y, self.window, self.torch_dtype, on_device=y.device.type != "cpu")
         self._raise_write_error()
@@ -332,9 +354,12 @@ class _ShardWriter:
         rows = self.md_row[self.offset : self.offset + n]
         picked = np.flatnonzero(rows >= 0)
         if picked.size:
-            x = x.detach().reshape(-1, d_in)[torch.from_numpy(picked).to(x.device)].float().cpu().numpy()
+            fed = picked + (picked // self.window + 1) if self.skip_first else picked  # past each window's BOS
+            x = x.detach().reshape(-1, d_in)[torch.from_numpy(fed).to(x.device)].float().cpu().numpy()
             if not np.isfinite(x).all():
-                raise FloatingPointError(f"{self.model_name}: layer {layer} projection inputs contain NaN or inf")
+                raise FloatingPointError(
+                    f"{self.model_name}: layer {self.layer_ids[layer]} projection inputs contain NaN or inf"
+                )
             positions = self.data_offsets[layer][1] + rows[picked] * (d_in * x.itemsize)
             self._queue.put(functools.partial(_write_rows, self.fds[layer][1], x, positions))
         self.write_seconds += time.perf_counter() - start
@@ -404,14 +429,20 @@ def collect_activation_shards(
     model_name: str = "?",
     progress_every: float = 30.0,
     modules: list[torch.nn.Module] | None = None,
+    window_bos: bool = False,
+    record: dict[str, Any] | None = None,
+    layers: list[int] | None = None,
 ) -> dict[str, Any]:
     """Run ``model`` over ``text`` and write the activation shards of every layer into ``out_dir``.
 
     ``text`` is tokenized once without special tokens and cut into non-overlapping windows of ``window`` tokens
     (tail dropped), at most ``max_tokens`` tokens (whole windows), ``batch_size`` windows per forward pass.
-    ``modules`` defaults to :func:`wneurons.registry.preactivation_modules`. Pre-activations are stored in
-    ``dtype`` ("float16": overflow is an error; or "float32"); the inputs of ``md_tokens`` positions drawn with
-    ``numpy.random.default_rng(seed).choice(N, md_tokens, replace=False)`` in float32. Progress (tokens/s, ETA)
+    With ``window_bos`` each window is fed after the tokenizer's BOS, whose outputs are not stored (module
+    docstring). ``record``: extra fields for ``index.json`` (e.g. the family and why ``window_bos`` was chosen).
+    ``modules`` defaults to :func:`wneurons.registry.preactivation_modules`; ``layers`` (0-based, None = all)
+    restricts collection to those layers, and the forward pass stops after the last of them. Pre-activations are
+    stored in ``dtype`` ("float16": overflow is an error; or "float32"); the inputs of ``md_tokens`` positions drawn
+    with ``numpy.random.default_rng(seed).choice(N, md_tokens, replace=False)`` in float32. Progress (tokens/s, ETA)
     is logged at most every ``progress_every`` seconds. ``io`` ("auto", "direct", "buffered"): how the y shards
     are written and later read, see :mod:`wneurons.shard_io`; "auto" uses O_DIRECT where the filesystem has it.
 
@@ -429,6 +460,10 @@ def collect_activation_shards(
         raise ValueError(f"window and batch_size must be >= 1, got {window} and {batch_size}")
     out_dir = Path(out_dir)
     modules = registry.preactivation_modules(model) if modules is None else modules
+    layer_ids = list(range(len(modules))) if layers is None else sorted(set(layers))
+    if not layer_ids or not 0 <= layer_ids[0] <= layer_ids[-1] < len(modules):
+        raise ValueError(f"{model_name}: layers {layers} are not a non-empty subset of 0..{len(modules) - 1}")
+    modules = [modules[layer] for layer in layer_ids]
 
     ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
     n_windows = len(ids) // window
@@ -443,6 +478,13 @@ def collect_activation_shards(
     if not 2 <= md_tokens <= n_tokens:
         raise ValueError(f"md_tokens={md_tokens} must lie in [2, N={n_tokens}]")
     windows = torch.tensor(ids[:n_tokens], dtype=torch.long).reshape(n_windows, window)
+    bos = window_bos_token(tokenizer, window_bos)
+    if bos is not None:
+        if window + 1 > registry.context_length(model):
+            raise ValueError(
+                f"{model_name}: window {window} + its BOS exceeds the context of {registry.context_length(model)}"
+            )
+        windows = torch.cat([torch.full((n_windows, 1), bos, dtype=windows.dtype), windows], dim=1)
     md_positions = np.random.default_rng(seed).choice(n_tokens, md_tokens, replace=False)
 
     trunk = getattr(model, "base_model", model)
@@ -459,12 +501,17 @@ def collect_activation_shards(
         "seed": seed,
         "md_tokens": md_tokens,
         "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "window_bos": bool(window_bos),
+        "window_bos_token": bos,
+        **(record or {}),
     }
     log.info(
         "collect %s: %d layers, %d tokens in %d windows of %d", model_name, len(modules), n_tokens, n_windows, window
     )
     with atomic_directory(out_dir) as tmp:
-        writer = _ShardWriter(tmp, modules, n_tokens, window, md_positions, dtype, model_name, io)
+        writer = _ShardWriter(
+            tmp, modules, n_tokens, window, md_positions, dtype, model_name, io, bos is not None, layer_ids
+        )
         meta["io"] = "direct" if writer.direct else "buffered"
         if not writer.direct:
             meta["io_reason"] = writer.buffered_reason
@@ -479,9 +526,10 @@ def collect_activation_shards(
                         trunk(input_ids=batch, use_cache=False)
                     except _StopForward:
                         pass
-                    writer.offset += batch.numel()
+                    writer.offset += batch.numel() - (batch.shape[0] if bos is not None else 0)
                     if not (writer.calls == first // batch_size + 1).all():
                         missing = np.flatnonzero(writer.calls != first // batch_size + 1).tolist()
+                        missing = [layer_ids[i] for i in missing]
                         raise RuntimeError(f"{model_name}: projection hooks of layers {missing} did not fire once")
                     now = time.perf_counter()
                     if now - last_log >= progress_every or writer.offset == n_tokens:
@@ -498,7 +546,9 @@ def collect_activation_shards(
             writer.flush()
         finally:
             writer.remove()
-        meta["layers"] = [{"layer": i, "n_neurons": k, "d_in": d} for i, (k, d) in enumerate(writer.shapes)]
+        meta["layers"] = [
+            {"layer": i, "n_neurons": k, "d_in": d} for i, (k, d) in zip(layer_ids, writer.shapes, strict=True)
+        ]
         meta["md_positions"] = md_positions.tolist()
         meta["seconds"] = round(time.perf_counter() - start, 3)
         meta["seconds_in_hooks"] = round(writer.write_seconds, 3)
@@ -506,3 +556,81 @@ def collect_activation_shards(
         meta["provenance"] = provenance(model=model_name)
         write_json(tmp / INDEX_FILE, meta)
     return meta
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Projection rows at chosen token positions (the pair sample of wneurons.pairs): inputs x and outputs y of every
+# layer at a few thousand positions, not the whole stream.
+# ---------------------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def projection_hooks(modules: list[torch.nn.Module], make_hook) -> Iterator[None]:
+    """Attach ``make_hook(layer)`` as a forward hook to each projection module; always detach them on exit."""
+    handles = [m.register_forward_hook(make_hook(layer)) for layer, m in enumerate(modules)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def collect_projection_rows(
+    model: torch.nn.Module,
+    windows: torch.Tensor,
+    positions: np.ndarray,
+    *,
+    batch_size: int = 1,
+    model_name: str = "?",
+    modules: list[torch.nn.Module] | None = None,
+    bos: int | None = None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per layer ``(x, y)``: the projection inputs [len(positions), d_in] and raw outputs [len(positions), K]
+    (float32, rows in the order of ``positions``) at ``positions`` of the token stream ``windows`` [n_windows,
+    window] (position p = window p // window, offset p % window). One forward pass of the trunk over the windows
+    that hold a position, stopped after the last projection; only the chosen rows are kept. With ``bos`` (a token
+    id) each window is fed after that BOS, as :func:`collect_activation_shards` does under ``window_bos``."""
+    modules = registry.preactivation_modules(model) if modules is None else modules
+    n_windows, window = windows.shape
+    positions = np.asarray(positions, dtype=np.int64)
+    if positions.size and not 0 <= positions.min() <= positions.max() < n_windows * window:
+        raise ValueError(f"{model_name}: positions must lie in [0, {n_windows * window})")
+    shapes = [tuple(registry.projection_weight(m).shape) for m in modules]
+    xs = [np.zeros((positions.size, d_in), np.float32) for _, d_in in shapes]
+    ys = [np.zeros((positions.size, k), np.float32) for k, _ in shapes]
+    state = {"rows": np.zeros(0, np.int64), "flat": torch.zeros(0, dtype=torch.long)}
+
+    def make_hook(layer: int):
+        def hook(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
+            k, d_in = shapes[layer]
+            flat = state["flat"].to(output.device)
+            y = output.detach().reshape(-1, k)[flat].float().cpu().numpy()
+            x = args[0].detach().reshape(-1, d_in)[flat].float().cpu().numpy()
+            if not (np.isfinite(y).all() and np.isfinite(x).all()):
+                raise FloatingPointError(f"{model_name}: layer {layer} projection rows contain NaN or inf")
+            ys[layer][state["rows"]], xs[layer][state["rows"]] = y, x
+            if layer == len(modules) - 1:
+                raise _StopForward
+
+        return hook
+
+    needed = np.unique(positions // window)
+    trunk = getattr(model, "base_model", model)
+    device = next(model.parameters()).device
+    with projection_hooks(modules, make_hook), torch.inference_mode():
+        for lo in range(0, needed.size, batch_size):
+            batch_windows = needed[lo : lo + batch_size]
+            # rows of the output that hold a position: (index of the window in the batch) * window + offset
+            slot = np.searchsorted(batch_windows, positions // window)
+            inside = (slot < batch_windows.size) & (
+                batch_windows[np.minimum(slot, batch_windows.size - 1)] == positions // window
+            )
+            state["rows"] = np.flatnonzero(inside)
+            fed = window + (bos is not None)
+            state["flat"] = torch.from_numpy(slot[inside] * fed + positions[inside] % window + (bos is not None))
+            batch = windows[torch.from_numpy(batch_windows)]
+            if bos is not None:
+                batch = torch.cat([torch.full((batch.shape[0], 1), bos, dtype=batch.dtype), batch], dim=1)
+            try:
+                trunk(input_ids=batch.to(device), use_cache=False)
+            except _StopForward:
+                pass
+    return list(zip(xs, ys, strict=True))

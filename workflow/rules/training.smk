@@ -66,7 +66,7 @@ rule checkpoint_integrity:
 
 rule cohorts:
     input:
-        cohorts_inputs,
+        unpack(cohorts_inputs),
     output:
         training_path("{model}", "cohorts.json"),
     log:
@@ -193,3 +193,41 @@ rule figure6cd:
         "../../environment.yml"
     script:
         "../scripts/figure6cd.py"
+
+
+rule pair_signs_over_training:
+    input:
+        unpack(pair_signs_training_inputs),
+    output:
+        training_path("{model}", "pair_signs.parquet"),
+    log:
+        "logs/pair_signs_over_training/{model}.log",
+    benchmark:
+        "benchmarks/pair_signs_over_training/{model}.tsv"
+    conda:
+        "../../environment.yml"
+    params:
+        model=model_spec_final,
+        revisions=dynamics_revisions_of,
+        signs=pair_signs_training_params,
+    script:
+        "../scripts/pair_signs_over_training.py"
+
+
+rule figure6b:
+    input:
+        training_path("{model}", "pair_signs.parquet"),
+    output:
+        report(
+            figure6b_path("{model}"),
+            caption="../report/figure6b.rst",
+            category="Training",
+        ),
+    log:
+        "logs/figures/figure6b/{model}.log",
+    benchmark:
+        "benchmarks/figures/figure6b/{model}.tsv"
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/figure6b.py"
