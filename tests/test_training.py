@@ -182,3 +182,61 @@ def test_local_suite_and_hub_revisions_enumerate_the_same_jobs(tmp_path):
     assert configs["hub"] == configs["suite"]
     assert [r for r, _ in configs["suite"]] == ["step0", "step1000", "step2000"]
     assert configs["suite"][1][1] and not configs["suite"][0][1]  # ablations at step1000 only (and the final)
+
+
+def test_integrity_gate_on_saved_checkpoints_names_the_identical_pair(tmp_path, tiny_model):
+    from wneurons import jobs
+
+    records = []
+    for revision, seed in (("step0", 0), ("step10", 1), ("step20", 1), ("step30", 2)):
+        directory = tmp_path / "suite" / revision
+        tiny_model("gpt_neox", seed=seed).save_pretrained(directory, safe_serialization=True)
+        spec = {"name": "tiny", "family": "gpt_neox", "revision": revision, "local_path": str(directory)}
+        record = tmp_path / f"{revision}.json"
+        jobs.weight_rows_job(spec, 1, str(tmp_path / f"{revision}.npy"), str(record))
+        records.append(str(record))
+    rows0 = np.load(tmp_path / "step0.npy")
+    assert rows0.shape == (96, 32)  # conftest's tiny model: 96 neurons of d_in 32
+    with pytest.raises(training.CheckpointIntegrityError, match="step10, step20 have identical weights"):
+        jobs.integrity_job(records, "step30", str(tmp_path / "integrity.json"), mode="error")
+    assert not (tmp_path / "integrity.json").exists()
+    kept = jobs.integrity_job(records, "step30", str(tmp_path / "integrity.json"), mode="drop")
+    assert kept["dropped"] == ["step20"]
+
+
+def test_emergence_follows_the_final_cohort_through_checkpoints(tmp_path):
+    from wneurons import io, jobs
+
+    k, revisions = 300, ["step0", "step100", "step1000"]
+    rng = np.random.default_rng(0)
+    cohort_wd = {"step0": 0.1, "step100": 0.95, "step1000": 1.0}
+    inputs = {"neurons": [], "tse": [], "blimp": []}
+    for i, revision in enumerate(revisions):
+        wd = rng.uniform(0.0, 0.05, size=k)
+        wd[[5, 50, 250]] = cohort_wd[revision]  # the final top-1% of layer 1 ...
+        if revision == "step0":
+            wd[[1, 2, 3]] = 9.0  # ... while other neurons lead at step 0
+        table = _table({0: rng.uniform(size=k), 1: wd})
+        inputs["neurons"].append(str(tmp_path / f"{revision}.parquet"))
+        table.write_parquet(inputs["neurons"][-1])
+        for bench, acc in (("tse", 0.5 + 0.1 * i), ("blimp", 0.6 + 0.1 * i)):
+            path = tmp_path / f"{revision}-{bench}.json"
+            by_task = {"a": acc - 0.1, "b": acc + 0.05}
+            io.write_json(path, {"scores": {"overall": acc, "by_task": by_task}})
+            inputs[bench].append(str(path))
+    final_table = pl.read_parquet(inputs["neurons"][-1])
+    cohorts = {"cohorts": training.choose_cohorts(final_table)}
+    assert cohorts["cohorts"]["wd_layer"]["layers"] == {"1": [5, 50, 250]}
+    io.write_json(tmp_path / "cohorts.json", cohorts)
+    io.write_json(tmp_path / "integrity.json", {"dropped": []})
+    inputs |= {"cohorts": str(tmp_path / "cohorts.json"), "integrity": str(tmp_path / "integrity.json")}
+    params = {"emergence_fraction": 0.9, "bootstrap": 200, "seed": 0}
+    table = jobs.emergence_job(
+        {"name": "tiny"}, revisions, inputs, str(tmp_path / "e.parquet"), str(tmp_path / "e.json"), params, 512
+    )
+    np.testing.assert_allclose(table["cohort_wd_mean"].to_numpy(), [0.1, 0.95, 1.0])
+    assert table["tokens"].to_list() == [0, 51200, 512000]
+    assert table["tse_macro"][0] == pytest.approx(0.475)
+    summary = io.read_json(tmp_path / "e.json")
+    assert summary["emergence_step"] == 100 and summary["emergence_tokens"] == 51200
+    assert summary["correlations"]["tse_overall"]["pearson_r"] > 0.8

@@ -624,8 +624,8 @@ def weight_rows_job(spec: dict, layer: int, rows_path: str, record_path: str) ->
         "weight_files": [f.name for f in files],
         "provenance": io.provenance(**_model_provenance(spec)),
     }
-    with io.atomic_output(rows_path, suffix=".npy") as tmp:
-        np.save(tmp, rows)
+    with io.atomic_output(rows_path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, rows)  # to the handle: given a path, np.save would append ".npy" to the temporary name
     io.write_json(record_path, record)
     return record
 
