@@ -7,6 +7,7 @@ Each is callable (and tested) without Snakemake.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import math
 import os
@@ -594,14 +595,33 @@ def train_suite_job(wikitext_dir: str, out_dir: str, train: dict, revisions: lis
     return manifest
 
 
-def _checkpoint_directory(spec: dict) -> Path:
-    """Local directory of one revision's weights: the local path, or the hub revision's weight files."""
-    if "hub_id" not in spec:
-        return Path(spec["local_path"])
-    from huggingface_hub import snapshot_download
+def _hub_weights(spec: dict, tensors: list[str]) -> tuple[Path, str, list[str]]:
+    """A hub revision's weights without downloading all of them: the digest of every weight file from the hub's
+    LFS sha256 metadata (the digest :func:`wneurons.io.sha256_files` gives for the same files on disk), and a local
+    directory holding only the file that stores one of ``tensors`` (found through the shard index when sharded)."""
+    import json
 
-    patterns = ["*.json", "*.safetensors", "pytorch_model*.bin"]
-    return Path(snapshot_download(spec["hub_id"], revision=spec["revision"], allow_patterns=patterns))
+    from huggingface_hub import HfApi, hf_hub_download
+
+    repo, revision = spec["hub_id"], spec["revision"]
+    siblings = {f.rfilename: f for f in HfApi().model_info(repo, revision=revision, files_metadata=True).siblings}
+    weights = sorted(n for n in siblings if n.endswith(".safetensors")) or sorted(
+        n for n in siblings if n.startswith("pytorch_model") and n.endswith(".bin")
+    )
+    if not weights:
+        raise FileNotFoundError(f"{repo}@{revision}: no *.safetensors or pytorch_model*.bin weight files")
+    digest = hashlib.sha256()
+    for name in weights:  # io.sha256_files' recipe: by name, the name then the file's hex sha256
+        digest.update(name.encode())
+        digest.update(siblings[name].lfs.sha256.encode())
+    suffix = ".safetensors" if weights[0].endswith(".safetensors") else ".bin"
+    index = f"{weights[0].split('-0')[0].removesuffix(suffix)}{suffix}.index.json"
+    wanted = weights[0]
+    if index in siblings:
+        weight_map = json.loads(Path(hf_hub_download(repo, index, revision=revision)).read_text())["weight_map"]
+        wanted = next((weight_map[t] for t in tensors if t in weight_map), wanted)
+    path = Path(hf_hub_download(repo, wanted, revision=revision))
+    return path.parent, digest.hexdigest(), weights
 
 
 def weight_rows_job(spec: dict, layer: int, rows_path: str, record_path: str) -> dict:
@@ -612,16 +632,20 @@ def weight_rows_job(spec: dict, layer: int, rows_path: str, record_path: str) ->
 
     family = family_spec(spec["family"])
     candidates = [training.weight_tensor_name(path, family.projection, layer) for path in family.layers_paths]
-    directory = _checkpoint_directory(spec)
+    if "hub_id" in spec:
+        directory, weights_sha256, names = _hub_weights(spec, candidates)
+    else:
+        directory = Path(spec["local_path"])
+        files = training.checkpoint_weight_files(directory)
+        weights_sha256, names = io.sha256_files(files), [f.name for f in files]
     tensor, rows = training.read_weight_rows(directory, candidates, transpose=family.conv1d)
-    files = training.checkpoint_weight_files(directory)
     record = {
         "revision": spec["revision"],
         "tensor": tensor,
         "shape": list(rows.shape),
         "rows_sha256": training.rows_sha256(rows),
-        "weights_sha256": io.sha256_files(files),
-        "weight_files": [f.name for f in files],
+        "weights_sha256": weights_sha256,
+        "weight_files": names,
         "provenance": io.provenance(**_model_provenance(spec)),
     }
     with io.atomic_output(rows_path) as tmp, open(tmp, "wb") as fh:
