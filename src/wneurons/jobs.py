@@ -805,6 +805,11 @@ def ablation_vs_wd_job(
     from wneurons.grid import format_percent
 
     cohort = io.read_json(inputs["cohorts"])["cohorts"]["wd_all_layers"]
+    if cohort["percent"] != params["percent"]:
+        raise ValueError(
+            f"training.cohorts.all_layers_percent is {cohort['percent']} but the checkpoint ablations compared are "
+            f"at {params['percent']}% (ablation.checkpoint_percents[0]): the x axis must be the ablated cohort's WD"
+        )
     key_of = {s: f"all/{s}/p{format_percent(params['percent'])}" for s in ("wasserstein", "random", "matched")}
     kept = dict(_kept(revisions, list(range(len(revisions))), inputs["integrity"]))
     rows = []
