@@ -549,10 +549,10 @@ def figure2b(tables: dict[str, pl.DataFrame], summaries: dict[str, dict], *, out
         step = summaries[model]["emergence_step"]
         if step is not None:
             ax.axvline(step, color=color, linestyle="--", linewidth=0.8)
-    ax.set_xscale("symlog", linthresh=max(1, int(min(t["step"].filter(t["step"] > 0).min() for t in tables.values()))))
+    linthresh = max(1, int(min(t["step"].filter(t["step"] > 0).min() for t in tables.values())))
+    ax.set_xscale("symlog", linthresh=linthresh)
     ax.set_xlabel("training step")
     ax.set_ylabel("WD of the final top-WD cohort")
-    ax.set_title("Cohort WD over training (dotted: layer mean; dashed: emergence step)", fontsize=9)
     per_step = {
         int(t["tokens"][-1] // t["step"][-1])
         for t in tables.values()
@@ -561,8 +561,9 @@ def figure2b(tables: dict[str, pl.DataFrame], summaries: dict[str, dict], *, out
     if len(per_step) == 1:
         tokens = per_step.pop()
         top = ax.secondary_xaxis("top", functions=(lambda s: s * tokens, lambda t: t / tokens))
+        top.set_xscale("symlog", linthresh=linthresh * tokens)  # the same symlog as the steps below
         top.set_xlabel(f"tokens ({tokens:,} per step)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, title="dotted: layer mean; dashed: emergence step", title_fontsize=7)
     _save(fig, out_path)
 
 
