@@ -18,6 +18,7 @@ include: "workflow/rules/neurons.smk"
 include: "workflow/rules/ablate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/analyses.smk"
+include: "workflow/rules/training.smk"
 
 
 wildcard_constraints:

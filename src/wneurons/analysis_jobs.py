@@ -193,7 +193,8 @@ def pair_signs_job(
     prov |= {"model": meta["provenance"].get("model"), "revision": meta["provenance"].get("revision")}
     prov = io.provenance(**prov, selection_rule="authors: md > percentile(md, 100 - p)")
     io.write_parquet(signs_path, signs, metadata=prov)
-    io.write_parquet(composition_path, pl.concat(parts), metadata=prov)
+    # A model no figure selects from (e.g. one followed over training only) has no composition rows.
+    io.write_parquet(composition_path, pl.concat(parts) if parts else pl.DataFrame(), metadata=prov)
     log.info(
         "pair signs: %d neurons in %d layers, %.1f s", signs.height, len(meta["layers"]), time.perf_counter() - start
     )

@@ -34,6 +34,8 @@ MODEL_SOURCES: dict[str, ModelSource] = {
     "local_path": ModelSource(converted=False, path=True),
     "gguf_wheel": ModelSource(converted=True, path=False),
     "gguf_file": ModelSource(converted=True, path=True),
+    # A directory of saved checkpoints, one per step (wneurons.training); read on disk or trained by the workflow.
+    "checkpoint_suite": ModelSource(converted=False, path=False),
 }
 
 
@@ -136,8 +138,24 @@ def _check_semantics(config: dict, workdir: Path) -> None:
         source = model_source(spec)
         if MODEL_SOURCES[source].path and not (workdir / spec[source]).exists():
             raise ConfigError(f"config: models.{name}.{source}: no such path: {spec[source]}")
+        suite = spec.get("checkpoint_suite", {})
+        if suite and (suite["train"] is None) == (suite["path"] is None):
+            raise ConfigError(
+                f"config: models.{name}.checkpoint_suite: give exactly one of path (a suite on disk) or train"
+            )
+        if suite and suite["train"] is None:
+            continue  # a suite on disk: its revisions are read (and checked) by wneurons.training
         if spec["checkpoint_ablations"] and not spec["checkpoints"]:
             raise ConfigError(f"config: models.{name}.checkpoint_ablations: true but checkpoints is empty")
+        listed = spec["checkpoint_ablations"]
+        if isinstance(listed, list) and (unknown := [r for r in listed if r not in spec["checkpoints"]]):
+            raise ConfigError(f"config: models.{name}.checkpoint_ablations: {unknown} are not among its checkpoints")
+        train = suite.get("train")
+        if train and train["num_layers"] != spec["num_layers"]:
+            raise ConfigError(
+                f"config: models.{name}.checkpoint_suite.train.num_layers: {train['num_layers']} but num_layers "
+                f"is {spec['num_layers']}"
+            )
     for dname, dspec in config["data"].items():
         _pin_public_source(dspec)
         if not (workdir / dspec["checksums"]).is_file():

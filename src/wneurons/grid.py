@@ -92,6 +92,15 @@ def layers_for_scope(config: dict, model: str, scope: str) -> list[int]:
     return [layer for group in groups[:k] for layer in group]
 
 
+def ablated_checkpoints(spec: dict) -> list[str]:
+    """Checkpoints (not the final revision) that get the checkpoint fractions: all with
+    ``checkpoint_ablations: true``, the listed ones with a list, none with false."""
+    chosen = spec["checkpoint_ablations"]
+    if chosen is True:
+        return list(spec["checkpoints"])
+    return [r for r in spec["checkpoints"] if r in (chosen or [])]
+
+
 def conditions_for(config: dict, model: str, revision: str) -> list[Condition]:
     """Every ablation condition scored (on every benchmark) at this checkpoint (the clean model not included).
 
@@ -106,8 +115,10 @@ def conditions_for(config: dict, model: str, revision: str) -> list[Condition]:
         return []
     final = revision == spec["final_revision"]
     if final:
-        percents = ablation["percents"]
-    elif spec["checkpoint_ablations"] and revision in spec["checkpoints"]:
+        # With checkpoint ablations the final revision is the last point of their series (Fig. 6c-d).
+        extra = ablation["checkpoint_percents"] if ablated_checkpoints(spec) else []
+        percents = list(dict.fromkeys([*ablation["percents"], *extra]))
+    elif revision in ablated_checkpoints(spec):
         percents = ablation["checkpoint_percents"]
     else:
         return []

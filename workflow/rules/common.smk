@@ -13,6 +13,7 @@ from wneurons.config import (
 from wneurons.grid import (
     BENCHMARKS,
     Condition,
+    ablated_checkpoints,
     cohort_revision,
     collected_layers,
     conditions_for,
@@ -20,6 +21,7 @@ from wneurons.grid import (
     shard_bytes,
     single_layer_scopes,
 )
+from wneurons.training import by_step, resolve_checkpoint_suite, training_revisions
 
 try:
     # Duplicate keys (two models with one name) are lost by plain YAML; re-read the files strictly to catch them.
@@ -141,14 +143,20 @@ def all_targets(wildcards=None):
             if any(c.scope != "all" for c in conditions_for(config, model, revision)):
                 targets.append(figure4_path(model, revision))
     targets += [figure1_path(), figure2a_path()]
+    targets += training_targets()
     return targets
 
 
 # ---------------------------------------------------------------- inputs
 def model_dir(wildcards):
-    """Converted local copy for GGUF models; nothing for hub / local models (loaded directly)."""
-    if MODEL_SOURCES[model_source(MODELS[wildcards.model])].converted:
+    """Converted local copy for GGUF models, the suite directory for checkpoint suites; nothing for hub / local
+    models (loaded directly)."""
+    spec = MODELS[wildcards.model]
+    if MODEL_SOURCES[model_source(spec)].converted:
         return converted_model_path(wildcards.model)
+    if wildcards.model in SUITES:
+        suite = spec["checkpoint_suite"]
+        return trained_suite_path(wildcards.model) if suite["train"] else suite["path"]
     return []
 
 
@@ -253,20 +261,27 @@ def figure1_params(wildcards):
 
 
 def model_spec(wildcards):
-    """What the loader needs: hub id + revision, or a local directory (a converted copy for GGUF sources); the
-    family to check (null: taken from the model) and the window BOS choice (null: the family's default).
+    """What the loader needs: hub id + revision, or a local directory (a converted copy for GGUF sources, the
+    revision's directory for checkpoint suites); the family to check (null: taken from the model) and the window
+    BOS choice (null: the family's default).
     """
-    spec = MODELS[wildcards.model]
+    return loader_spec(wildcards.model, wildcards.revision)
+
+
+def loader_spec(model, revision):
+    spec = MODELS[model]
     source = model_source(spec)
     loader = {
-        "name": wildcards.model,
+        "name": model,
         "family": spec["family"],
         "num_layers": spec["num_layers"],
         "window_bos": spec["window_bos"],
-        "revision": wildcards.revision,
+        "revision": revision,
     }
     if MODEL_SOURCES[source].converted:
-        return loader | {"local_path": converted_model_path(wildcards.model)}
+        return loader | {"local_path": converted_model_path(model)}
+    if model in SUITES:
+        return loader | {"local_path": SUITES[model][revision]}
     return loader | {source: spec[source]}
 
 
@@ -603,3 +618,235 @@ def collect_disk_mb(wildcards):
     """Scratch disk of one collection job: its shards (see wneurons.grid.shard_bytes) plus 1 GB headroom."""
     m, r = wildcards.model, wildcards.revision
     return 1024 + shard_bytes(config, m, collected_layers(config, m, r)) // 2**20
+
+
+# ================================================================ training dynamics (Fig. 2b-d, 6b-d)
+# ---------------------------------------------------------------- paths
+def trained_suite_path(model):
+    return f"resources/suites/{model}"
+
+
+def weight_rows_path(model, revision):
+    return f"results/{model}/{revision}/weight_rows.npy"
+
+
+def weight_record_path(model, revision):
+    return f"results/{model}/{revision}/weight_rows.json"
+
+
+def training_path(model, name):
+    """cohorts.json, integrity.json, emergence.parquet / .json, cosine_drift.parquet, ablation_vs_wd.parquet /
+    .json under results/{model}/training/."""
+    return f"results/{model}/training/{name}"
+
+
+def figure2b_path():
+    return "results/figures/figure2b.png"
+
+
+def figure2c_path():
+    return "results/figures/figure2c.png"
+
+
+def figure2d_path():
+    return "results/figures/figure2d.png"
+
+
+def figure6cd_path(model):
+    return f"results/figures/figure6cd/{model}.png"
+
+
+def figure6b_path(model):
+    return f"results/figures/figure6b/{model}.png"
+
+
+# ---------------------------------------------------------------- lists
+def training_models():
+    """Models whose training dynamics are analysed: those with checkpoints."""
+    return [m for m in MODELS if MODELS[m]["checkpoints"]]
+
+
+def drift_models():
+    """Training models with a weight grid (at least two weight checkpoints)."""
+    return [m for m in training_models() if len(MODELS[m]["weight_checkpoints"]) > 1]
+
+
+def ablation_models():
+    """Training models with checkpoint ablations (Fig. 6c-d)."""
+    return [m for m in training_models() if ablated_checkpoints(MODELS[m])]
+
+
+def pair_models():
+    """Training models whose MD cohort's pair signs are followed (Fig. 6b)."""
+    return [m for m in training_models() if m in config["training"]["pair_models"]]
+
+
+def dynamics_revisions(model):
+    """Final revision and checkpoints in step order (Fig. 2b, 2d)."""
+    return by_step(revisions(model))
+
+
+def ablation_revisions(model):
+    """Checkpoints with ablations and the final revision, in step order (Fig. 6c-d)."""
+    spec = MODELS[model]
+    return by_step([*ablated_checkpoints(spec), spec["final_revision"]])
+
+
+def training_targets():
+    targets = []
+    if training_models():
+        targets += [figure2b_path(), figure2d_path()]
+    if drift_models():
+        targets.append(figure2c_path())
+    targets += [figure6cd_path(m) for m in ablation_models()]
+    targets += [figure6b_path(m) for m in pair_models()]
+    return targets
+
+
+# ---------------------------------------------------------------- inputs
+def weight_rows_inputs(wildcards):
+    return model_dir(wildcards)
+
+
+def integrity_inputs(wildcards):
+    spec = MODELS[wildcards.model]
+    return [weight_record_path(wildcards.model, r) for r in training_revisions(spec)]
+
+
+def cohorts_inputs(wildcards):
+    """The final revision's neuron table, and its pair signs (MD over the pair sample) for Fig. 6b models."""
+    m, final = wildcards.model, final_revision(wildcards.model)
+    inputs = {"neurons": neurons_path(m, final)}
+    if m in pair_models():
+        inputs["pair_signs"] = pair_signs_path(m, final)
+    return inputs
+
+
+def pair_signs_training_inputs(wildcards):
+    m = wildcards.model
+    return {
+        "cohorts": training_path(m, "cohorts.json"),
+        "integrity": training_path(m, "integrity.json"),
+        "signs": [pair_signs_path(m, r) for r in dynamics_revisions(m)],
+    }
+
+
+def emergence_inputs(wildcards):
+    m, revs = wildcards.model, dynamics_revisions(wildcards.model)
+    return {
+        "cohorts": training_path(m, "cohorts.json"),
+        "integrity": training_path(m, "integrity.json"),
+        "neurons": [neurons_path(m, r) for r in revs],
+        "tse": [clean_path(m, r, "tse") for r in revs],
+        "blimp": [clean_path(m, r, "blimp") for r in revs],
+    }
+
+
+def cosine_drift_inputs(wildcards):
+    m = wildcards.model
+    return {
+        "cohorts": training_path(m, "cohorts.json"),
+        "integrity": training_path(m, "integrity.json"),
+        "rows": [weight_rows_path(m, r) for r in weight_grid(m)],
+    }
+
+
+def ablation_vs_wd_inputs(wildcards):
+    m, revs = wildcards.model, ablation_revisions(wildcards.model)
+    return {
+        "cohorts": training_path(m, "cohorts.json"),
+        "integrity": training_path(m, "integrity.json"),
+        "neurons": [neurons_path(m, r) for r in revs],
+        "blimp": [aggregate_path(m, r, "blimp") for r in revs],
+        "tse": [aggregate_path(m, r, "tse") for r in revs],
+    }
+
+
+def figure2bd_inputs(wildcards):
+    return {
+        "tables": [training_path(m, "emergence.parquet") for m in training_models()],
+        "summaries": [training_path(m, "emergence.json") for m in training_models()],
+    }
+
+
+def figure2c_inputs(wildcards):
+    return [training_path(m, "cosine_drift.parquet") for m in drift_models()]
+
+
+def figure6cd_inputs(wildcards):
+    m = wildcards.model
+    return {
+        "table": training_path(m, "ablation_vs_wd.parquet"),
+        "summary": training_path(m, "ablation_vs_wd.json"),
+    }
+
+
+# ---------------------------------------------------------------- params
+def weight_grid(model):
+    return by_step(MODELS[model]["weight_checkpoints"])
+
+
+def suite_train_params(wildcards):
+    """The trainer's settings, the revisions it saves, and how far the neuron statistics read WikiText-2 test."""
+    spec = MODELS[wildcards.model]
+    return {
+        "train": spec["checkpoint_suite"]["train"],
+        "revisions": training_revisions(spec),
+        "max_tokens": config["neurons"]["max_tokens"],
+    }
+
+
+def training_params(wildcards):
+    t = config["training"]
+    return {
+        "emergence_fraction": t["emergence_fraction"],
+        "bootstrap": t["bootstrap"],
+        "seed": t["seed"],
+    }
+
+
+def ablation_vs_wd_params(wildcards):
+    """The checkpoint percent compared across checkpoints (the first of ablation.checkpoint_percents)."""
+    return training_params(wildcards) | {
+        "percent": config["ablation"]["checkpoint_percents"][0]
+    }
+
+
+def pair_signs_training_params(wildcards):
+    return {"top_k": config["training"]["pair_top_k"]}
+
+
+def model_spec_final(wildcards):
+    """What the loader needs at the model's final revision (jobs per model record it)."""
+    return loader_spec(wildcards.model, final_revision(wildcards.model))
+
+
+def final_revision_of(wildcards):
+    return final_revision(wildcards.model)
+
+
+def tokens_per_step(wildcards):
+    return MODELS[wildcards.model]["tokens_per_step"]
+
+
+def dynamics_revisions_of(wildcards):
+    return dynamics_revisions(wildcards.model)
+
+
+def weight_grid_of(wildcards):
+    return weight_grid(wildcards.model)
+
+
+def ablation_revisions_of(wildcards):
+    return ablation_revisions(wildcards.model)
+
+
+try:
+    # Local checkpoint suites: {model: {revision: directory}}; a suite read from disk fills its revisions.
+    SUITES = {
+        m: resolve_checkpoint_suite(m, spec, trained_suite_path(m))
+        for m, spec in MODELS.items()
+        if "checkpoint_suite" in spec
+    }
+except (ValueError, FileNotFoundError) as err:
+    sys.exit(f"config: {err}")

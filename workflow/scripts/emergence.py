@@ -1,0 +1,12 @@
+from wneurons.jobs import emergence_job, logged_to
+
+with logged_to(snakemake.log[0]):
+    emergence_job(
+        snakemake.params.model,
+        snakemake.params.revisions,
+        {key: snakemake.input[key] for key in snakemake.input.keys()},
+        snakemake.output.table,
+        snakemake.output.summary,
+        snakemake.params.training,
+        tokens_per_step=snakemake.params.tokens_per_step,
+    )

@@ -1,0 +1,10 @@
+from wneurons.jobs import logged_to, pair_signs_over_training_job
+
+with logged_to(snakemake.log[0]):
+    pair_signs_over_training_job(
+        snakemake.params.model,
+        snakemake.params.revisions,
+        {key: snakemake.input[key] for key in snakemake.input.keys()},
+        snakemake.output[0],
+        snakemake.params.signs,
+    )
