@@ -1,0 +1,176 @@
+"""The replication layer: paired comparisons from per-item results, and the paper's claims table (C1-C29).
+
+Two jobs:
+
+- :func:`paired_job` reads the per-item results (``{benchmark}.items.parquet``) of the clean model and every
+  ablation condition of one checkpoint and writes ``paired/{benchmark}.parquet``: each comparison the paper makes
+  (W vs clean, W vs random, W vs matched, and every control vs clean) per group (overall, BLiMP linguistics term
+  and paradigm, TSE family and task) with the paired statistics of :mod:`wneurons.paired`; random controls pooled
+  over trials (as the paper's mean) and per trial.
+- :func:`replication_table_job` fills the claims table of ``shared/spec/analyses.md`` section F from the result
+  files a run has: one row per claim and model; a claim whose files are absent says "not run" and stays in the
+  table. The checks themselves live in :mod:`wneurons.claims`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from wneurons import io
+from wneurons.paired import paired_accuracy_difference, paired_perplexity_ratio, window_nll_sums
+
+log = logging.getLogger(__name__)
+
+# Groups of the per-item tables (the paper's figures break BLiMP down by term, TSE by family).
+ITEM_GROUPS = {"blimp": ("linguistics_term", "paradigm"), "tse": ("family", "task")}
+ITEM_COLUMNS = {
+    "blimp": ("item", "paradigm", "linguistics_term", "correct"),
+    "tse": ("item", "task", "family", "correct"),
+    "ppl": ("window", "position", "nll"),
+}
+
+
+def condition_key(condition: dict) -> str:
+    """``{scope}/{selector}/p{percent}``: the key of a condition in the aggregate JSONs (trials pooled)."""
+    return f"{condition['scope']}/{condition['selector']}/p{condition['percent']}"
+
+
+def read_items(path: str | Path, benchmark: str) -> pl.DataFrame:
+    """One per-item table, sorted by item (by position for ppl); a missing column is an error naming the file."""
+    frame = pl.read_parquet(path)
+    missing = [c for c in ITEM_COLUMNS[benchmark] if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: per-item {benchmark} table lacks column(s) {', '.join(missing)}")
+    return frame.sort("position" if benchmark == "ppl" else "item")
+
+
+def _comparisons(keys: dict[str, dict]) -> list[tuple[str, str]]:
+    """(reference, condition) pairs: every condition vs clean; W vs random and W vs matched at the same scope/p."""
+    pairs = [("clean", key) for key in sorted(keys)]
+    for key, c in sorted(keys.items()):
+        if c["selector"] != "wasserstein":
+            continue
+        for control in ("random", "matched"):
+            ref = condition_key(c | {"selector": control})
+            if ref in keys:
+                pairs.append((ref, key))
+    return pairs
+
+
+def _trial_views(trials: dict[int, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """[T, n] stacks: one trial alone ("t0"); several trials pooled (the paper's mean), then each alone."""
+    each = [(f"t{t}", trials[t][None, :]) for t in sorted(trials)]
+    if len(trials) == 1:
+        return each
+    return [("pooled", np.stack([trials[t] for t in sorted(trials)])), *each]
+
+
+def _accuracy_rows(
+    benchmark: str, clean: pl.DataFrame, tables: dict[str, dict[int, pl.DataFrame]], resamples: int, seed: int
+) -> list[dict]:
+    groups = ITEM_GROUPS[benchmark]
+    outcome = {"clean": {0: clean["correct"].to_numpy()}}
+    for key, trials in tables.items():
+        for t, frame in trials.items():
+            if not frame["item"].equals(clean["item"]):
+                raise ValueError(f"{benchmark} items of {key} trial {t} differ from the clean model's items")
+            outcome.setdefault(key, {})[t] = frame["correct"].to_numpy()
+    masks = [("overall", "all", np.ones(clean.height, dtype=bool))]
+    for column in groups:
+        values = clean[column].to_numpy()
+        masks += [(column, str(v), values == v) for v in np.unique(values)]
+    rows = []
+    keys = {k: _parse_key(k) for k in tables}
+    for reference, condition in _comparisons(keys):
+        # The side with trials (random) is viewed pooled and per trial; the other side has one outcome vector.
+        side = condition if reference == "clean" else reference
+        for trial, stack in _trial_views(outcome[side]):
+            ref = outcome["clean"][0][None, :] if reference == "clean" else stack
+            cond = stack if reference == "clean" else outcome[condition][0][None, :]
+            for kind, group, mask in masks:
+                stats = paired_accuracy_difference(
+                    ref[:, mask], cond[:, mask].mean(axis=0), resamples=resamples, seed=seed
+                )
+                rows.append(
+                    {
+                        "benchmark": benchmark,
+                        "reference": reference,
+                        "condition": condition,
+                        "trial": trial,
+                        "group_kind": kind,
+                        "group": group,
+                        **stats,
+                    }
+                )
+    return rows
+
+
+def _parse_key(key: str) -> dict:
+    scope, selector, percent = key.split("/")
+    return {"scope": scope, "selector": selector, "percent": percent[1:]}
+
+
+def _ppl_rows(clean: pl.DataFrame, tables: dict[str, dict[int, pl.DataFrame]], resamples: int, seed: int) -> list:
+    ids, clean_sums, counts = window_nll_sums(clean["window"].to_numpy(), clean["nll"].to_numpy())
+    sums = {"clean": {0: clean_sums}}
+    for key, trials in tables.items():
+        for t, frame in trials.items():
+            w, s, c = window_nll_sums(frame["window"].to_numpy(), frame["nll"].to_numpy())
+            if not (np.array_equal(w, ids) and np.array_equal(c, counts)):
+                raise ValueError(f"ppl windows of {key} trial {t} differ from the clean model's windows")
+            sums.setdefault(key, {})[t] = s
+    rows = []
+    keys = {k: _parse_key(k) for k in tables}
+    for reference, condition in _comparisons(keys):
+        side = condition if reference == "clean" else reference
+        for trial, stack in _trial_views(sums[side]):
+            ref = sums["clean"][0] if reference == "clean" else stack
+            cond = stack if reference == "clean" else sums[condition][0]
+            stats = paired_perplexity_ratio(ref, cond, counts, resamples=resamples, seed=seed)
+            rows.append({"benchmark": "ppl", "reference": reference, "condition": condition, "trial": trial, **stats})
+    return rows
+
+
+def paired_job(
+    benchmark: str,
+    clean_path: str,
+    condition_paths: list[str],
+    conditions: list[dict],
+    out_path: str,
+    *,
+    resamples: int,
+    seed: int,
+) -> pl.DataFrame:
+    """Paired comparisons of one benchmark at one checkpoint; ``conditions[i]`` (scope, selector, percent, trial)
+    describes ``condition_paths[i]``. Writes ``out_path`` (parquet, provenance in its footer) and returns it."""
+    start = time.perf_counter()
+    if len(condition_paths) != len(conditions):
+        raise ValueError(f"{len(condition_paths)} per-item files for {len(conditions)} conditions")
+    clean = read_items(clean_path, benchmark)
+    tables: dict[str, dict[int, pl.DataFrame]] = defaultdict(dict)
+    for path, condition in zip(condition_paths, conditions, strict=True):
+        tables[condition_key(condition)][int(condition["trial"])] = read_items(path, benchmark)
+    if benchmark == "ppl":
+        rows = _ppl_rows(clean, tables, resamples, seed)
+    else:
+        rows = _accuracy_rows(benchmark, clean, tables, resamples, seed)
+    frame = pl.DataFrame(rows)
+    meta = {
+        "benchmark": benchmark,
+        "resamples": resamples,
+        "seed": seed,
+        "ci": "percentile bootstrap 95%, items resampled (ppl: windows), paired",
+        "test": "exact McNemar (sign test on per-item mean over trials when random trials are pooled)",
+        "clean_items": clean_path,
+        "clean_items_sha256": io.sha256_file(clean_path),
+        "drop": "acc(reference) - acc(condition); ppl: ratio = ppl(condition) / ppl(reference)",
+    }
+    io.write_parquet(out_path, frame, metadata=meta)
+    log.info("paired %s: %d rows in %.1f s", benchmark, frame.height, time.perf_counter() - start)
+    return frame
