@@ -174,3 +174,54 @@ def paired_job(
     io.write_parquet(out_path, frame, metadata=meta)
     log.info("paired %s: %d rows in %.1f s", benchmark, frame.height, time.perf_counter() - start)
     return frame
+
+
+# ---------------------------------------------------------------- the claims table
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def claims_markdown(rows: list[dict], link_base: str | Path) -> str:
+    """The claims table as Markdown; sources link relative to ``link_base`` (the directory of the .md file)."""
+    import os
+
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("holds", "does not hold", "not enough data", "not run")}
+    lines = [
+        "# Replication: the paper's claims on this run",
+        "",
+        "One row per claim of `shared/spec/analyses.md` §F and model (paper models, then this run's other models,",
+        'marked "not in paper"). Verdicts: ' + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".",
+        "CIs are 95% percentile bootstraps (paired over items, or over windows for perplexity);",
+        "McNemar tests are exact.",
+        "",
+        "| id | claim | model | paper | ours | 95% CI | test | verdict | source |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        links = ", ".join(f"[{Path(s).name}]({os.path.relpath(s, link_base)})" if s != "config" else "config"
+                          for s in r["sources"])  # fmt: skip
+        cells = [
+            r["id"],
+            r["claim"],
+            r["model"],
+            r["paper"],
+            r["ours"],
+            r["ci"],
+            r["test"],
+            f"**{r['verdict']}**",
+            links,
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def replication_table_job(run_spec: dict, out_md: str, out_json: str) -> list[dict]:
+    """Fill the claims table from the result files named in ``run_spec`` (see :class:`wneurons.claims.Run`)."""
+    from wneurons.claims import Run, claim_rows
+
+    run = Run(models=run_spec["models"], config=run_spec["config"], data=run_spec["data"])
+    rows = claim_rows(run)
+    io.write_json(out_json, {"claims": rows, "config": run_spec["config"], "models": run_spec["models"]})
+    with io.atomic_output(out_md, ".md") as tmp:
+        tmp.write_text(claims_markdown(rows, Path(out_md).parent))
+    return rows
