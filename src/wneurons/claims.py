@@ -123,6 +123,8 @@ def _paired(run: Run, model: str, benchmark: str) -> tuple[pl.DataFrame, str]:
 
 def _paired_row(frame: pl.DataFrame, reference: str, condition: str, trial: str | None = None, group=None) -> dict:
     f = frame.filter((pl.col("reference") == reference) & (pl.col("condition") == condition))
+    if f.height == 0:
+        raise NotRun(f"no paired comparison {reference} -> {condition}")
     if trial is not None:
         f = f.filter(pl.col("trial") == trial)
     else:  # pooled over random trials when there are several, else the only trial
