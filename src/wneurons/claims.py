@@ -445,32 +445,34 @@ def c17_cumulative_tse(run: Run, model: str) -> Outcome:
     return _cumulative(run, model, "tse", "family")
 
 
-def _sign_class_column(frame: pl.DataFrame) -> str:
-    for c in ("sign_class", "sign", "label", "signs"):
-        if c in frame.columns:
-            return c
-    raise ValueError(f"figure5_pairs has no sign-class column (sign_class/sign/label) among {frame.columns}")
-
-
 def c18_function_words(run: Run, model: str) -> Outcome:
-    frame, src = run.parquet(model, "figure5_pairs")
-    pos_cols = [c for c in frame.columns if c.startswith("upos")]
-    if len(pos_cols) < 2:
-        raise ValueError(f"{src}: needs two upos columns (one per token), has {frame.columns}")
-    tags = np.concatenate([frame[c].to_numpy() for c in pos_cols])
+    frame, src = run.parquet(model, "figure5_pairs", ("upos_i", "upos_j"))
+    tags = np.concatenate([frame["upos_i"].to_numpy(), frame["upos_j"].to_numpy()])
     share = float(np.isin(tags, FUNCTION_POS).mean())
     ours = f"function-word share of the {len(tags)} tokens in the top-{frame.height} pairs: {_fmt(share)}"
-    return Outcome(ours, HOLDS if share > 0.5 else FAILS, "", "share of DET/ADP/AUX/PART/PRON/CONJ/PUNCT > 0.5", [src])
+    sources = [src]
+    try:
+        robust, rsrc = run.json(model, "figure5_robustness")
+        ours += f"; neuron {robust.get('neuron')} has WD rank {robust.get('wd_rank')} in layer {robust.get('layer')}"
+        sources.append(rsrc)
+    except NotRun:
+        pass
+    test = "share of DET/ADP/AUX/PART/PRON/CCONJ/SCONJ/PUNCT > 0.5"
+    return Outcome(ours, HOLDS if share > 0.5 else FAILS, "", test, sources)
 
 
 def c19_nn_pairs(run: Run, model: str) -> Outcome:
-    frame, src = run.parquet(model, "figure5_pairs")
-    n_nn = int((frame[_sign_class_column(frame)] == "NN").sum())
+    frame, src = run.parquet(model, "figure5_pairs", ("sign",))
+    n_nn = int((frame["sign"].str.to_lowercase() == "nn").sum())
     sources, spread = [src], ""
     try:
         robust, rsrc = run.json(model, "figure5_robustness")
         sources.append(rsrc)
-        spread = f"; over seeds: {json.dumps(robust.get('n_nn', robust.get('nn_top10', '?')))[:120]}"
+        seeds = robust.get("robustness", {}).get("n_nn", [])
+        if seeds:
+            spread = (
+                f"; re-paired over {len(seeds)} seeds: median {np.median(seeds):g}, range {min(seeds)}–{max(seeds)}"
+            )
     except NotRun:
         pass
     return Outcome(f"{n_nn}/{frame.height} NN{spread}", HOLDS if n_nn >= 8 else FAILS, "", "#NN in top 10 ≥ 8", sources)
