@@ -17,6 +17,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/neurons.smk"
 include: "workflow/rules/ablate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/report.smk"
 
 
 wildcard_constraints:

@@ -251,3 +251,22 @@ def test_replication_table_job_writes_md_and_json(tmp_path, monkeypatch):
     c27 = rows_for(rows, "C27")[0]
     assert c27["verdict"] == FAILS and c27["ours"] == "3 random trials"
     assert "| C27 |" in (tmp_path / "results/replication.md").read_text()
+
+
+def test_html_table_escapes_every_cell_and_shows_provenance(tmp_path):
+    from wneurons.replication import claims_html
+
+    row = {
+        "id": "C1",
+        "claim": "<script>x</script>",
+        "model": "m",
+        "paper": "p",
+        "ours": "a<b",
+        "ci": "",
+        "test": "t",
+        "verdict": NOT_RUN,
+        "sources": ["results/m/main/x.json"],
+    }
+    page = claims_html([row], {"models": {"m": {"revision": "main"}}}, "results")
+    assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page and "a&lt;b" in page
+    assert "href='m/main/x.json'" in page and "&quot;revision&quot;: &quot;main&quot;" in page

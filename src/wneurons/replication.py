@@ -14,6 +14,7 @@ Two jobs:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import defaultdict
@@ -215,13 +216,68 @@ def claims_markdown(rows: list[dict], link_base: str | Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replication_table_job(run_spec: dict, out_md: str, out_json: str) -> list[dict]:
-    """Fill the claims table from the result files named in ``run_spec`` (see :class:`wneurons.claims.Run`)."""
+def claims_html(rows: list[dict], provenance: dict, link_base: str | Path) -> str:
+    """The claims table as one self-contained HTML page with the run's provenance; every cell escaped."""
+    import html
+    import os
+
+    def e(x) -> str:
+        return html.escape(str(x), quote=True)
+
+    colour = {"holds": "#15803d", "does not hold": "#b91c1c", "not enough data": "#a16207", "not run": "#6b7280"}
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in colour}
+    out = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Replication: claims table</title>",
+        "<style>body{font:14px/1.4 system-ui,sans-serif;margin:1.5em}table{border-collapse:collapse}"
+        "td,th{border-bottom:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}"
+        "pre{background:#f6f6f6;padding:.5em;overflow:auto}</style></head><body>",
+        "<h1>The paper's claims on this run</h1>",
+        "<p>" + ", ".join(f"{e(k)}: {v}" for k, v in counts.items()) + ". CIs: 95% percentile bootstrap, paired "
+        "over items (BLiMP, TSE; exact McNemar tests) or windows (perplexity).</p>",
+        "<table><tr>" + "".join(f"<th>{h}</th>" for h in ("id", "claim", "model", "paper", "ours", "95% CI", "test",
+                                                          "verdict", "source")) + "</tr>",
+    ]  # fmt: skip
+    for r in rows:
+        links = ", ".join(
+            e(s) if s == "config" else f"<a href='{e(os.path.relpath(s, link_base))}'>{e(Path(s).name)}</a>"
+            for s in r["sources"]
+        )
+        cells = [e(r[k]) for k in ("id", "claim", "model", "paper", "ours", "ci", "test")]
+        verdict = f"<b style='color:{colour[r['verdict']]}'>{e(r['verdict'])}</b>"
+        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in [*cells, verdict, links]) + "</tr>")
+    out.append("</table><h2>Provenance</h2><pre>" + e(json.dumps(provenance, indent=2, default=str)) + "</pre>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def run_provenance(run_spec: dict) -> dict:
+    """Per model, the provenance block of its clean BLiMP / TSE / perplexity results (when present), + config."""
+    models = {}
+    for name, spec in run_spec["models"].items():
+        blocks = {}
+        for bench in ("blimp", "tse", "ppl"):
+            path = Path(spec["files"].get(bench, ""))
+            if path.is_file():
+                blocks[bench] = io.read_json(path).get("provenance", {})
+        models[name] = {"revision": spec.get("revision"), "family": spec["family"], "results": blocks or "not run"}
+    return {"config": run_spec["config"], "data": run_spec["data"], "models": models}
+
+
+def replication_table_job(run_spec: dict, out_md: str, out_json: str, out_html: str | None = None) -> list[dict]:
+    """Fill the claims table from the result files named in ``run_spec`` (see :class:`wneurons.claims.Run`) and
+    write it as Markdown, JSON (rows + provenance) and, with ``out_html``, a self-contained HTML page."""
     from wneurons.claims import Run, claim_rows
 
+    start = time.perf_counter()
     run = Run(models=run_spec["models"], config=run_spec["config"], data=run_spec["data"])
     rows = claim_rows(run)
-    io.write_json(out_json, {"claims": rows, "config": run_spec["config"], "models": run_spec["models"]})
+    provenance = run_provenance(run_spec)
+    io.write_json(out_json, {"claims": rows, "provenance": provenance})
     with io.atomic_output(out_md, ".md") as tmp:
         tmp.write_text(claims_markdown(rows, Path(out_md).parent))
+    if out_html:
+        with io.atomic_output(out_html, ".html") as tmp:
+            tmp.write_text(claims_html(rows, provenance, Path(out_html).parent))
+    verdicts = {v: sum(r["verdict"] == v for r in rows) for v in {r["verdict"] for r in rows}}
+    log.info("replication table: %d rows %s in %.1f s", len(rows), verdicts, time.perf_counter() - start)
     return rows

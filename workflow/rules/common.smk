@@ -92,6 +92,7 @@ def all_targets(wildcards=None):
             if any(c.scope != "all" for c in conditions_for(config, model, revision)):
                 targets.append(figure4_path(model, revision))
     targets += [figure1_path(), figure2a_path()]
+    targets += report_targets()
     return targets
 
 
@@ -244,3 +245,143 @@ def runtime(wildcards, attempt):
     """Minutes; generous for the largest models, doubled per retry."""
     params_b = MODELS[wildcards.model]["params_b"]
     return int((20 + 15 * params_b) * attempt)
+
+
+# ---------------------------------------------------------------- replication report (issue 13)
+# Paths, targets, inputs and params of workflow/rules/report.smk.
+def clean_items_path(model, revision, benchmark):
+    """Per-item results of the clean model (the contract with i10-scoring; its definition wins at merge)."""
+    return f"results/{model}/{revision}/clean/{benchmark}.items.parquet"
+
+
+def ablation_items_path(model, revision, condition, benchmark):
+    """Per-item results of one ablation condition (the contract with i10-scoring; its definition wins at merge)."""
+    c = condition
+    return f"results/{model}/{revision}/ablations/{c.scope}/{c.selector}/p{c[2]}/t{c.trial}/{benchmark}.items.parquet"
+
+
+def paired_path(model, revision, benchmark):
+    return f"results/{model}/{revision}/paired/{benchmark}.parquet"
+
+
+def replication_path(ext):
+    """``ext``: md, json or html: the claims table."""
+    return f"results/replication.{ext}"
+
+
+def explorer_path(model, revision):
+    return f"results/{model}/{revision}/explorer"
+
+
+def explorer_models():
+    models = config["report"]["explorer"]["models"]
+    return list(MODELS) if models is None else models
+
+
+def report_targets(wildcards=None):
+    """The claims table, the paired tables it reads and one explorer per configured model."""
+    targets = [replication_path(e) for e in ("md", "json", "html")]
+    targets += [explorer_path(m, final_revision(m)) for m in explorer_models()]
+    return targets
+
+
+def paired_conditions(wildcards):
+    """The conditions of one checkpoint, in the order of paired_inputs' list (JSON-able for the job)."""
+    return [
+        {"scope": c.scope, "selector": c.selector, "percent": c[2], "trial": c.trial}
+        for c in conditions_for(config, wildcards.model, wildcards.revision)
+    ]
+
+
+def paired_inputs(wildcards):
+    m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
+    return {
+        "clean": clean_items_path(m, r, b),
+        "conditions": [
+            ablation_items_path(m, r, c, b) for c in conditions_for(config, m, r)
+        ],
+    }
+
+
+def _model_files(model):
+    """Every result file a claim may read for one model (final revision); absent ones say "not run"."""
+    r = final_revision(model)
+    files = {
+        "neurons": neurons_path(model, r),
+        "shards_index": f"{shards_path(model, r)}/index.json",
+        **{b: aggregate_path(model, r, b) for b in BENCHMARKS},
+    }
+    if conditions_for(config, model, r):
+        files |= {f"paired_{b}": paired_path(model, r, b) for b in BENCHMARKS}
+    # Analyses (i11) and training dynamics (i12), spelled as in shared/spec/analyses.md §A-E "Outputs".
+    files |= {
+        "pos_surprisal": f"results/{model}/{r}/pos_surprisal.parquet",
+        "composition": f"results/{model}/{r}/pairs/composition.parquet",
+        "figure5_pairs": f"results/{model}/{r}/case_study/figure5_pairs.csv",
+        "figure5_robustness": f"results/{model}/{r}/case_study/figure5_robustness.json",
+        "layerwise": f"results/{model}/{r}/layerwise_nn_vs_error.parquet",
+        "emergence": f"results/{model}/training/emergence.parquet",
+        "cosine_drift": f"results/{model}/training/cosine_drift.parquet",
+        "pair_signs_layer1": f"results/{model}/training/pair_signs_layer1.parquet",
+        "ablation_vs_wd": f"results/{model}/training/ablation_vs_wd.parquet",
+    }
+    return files
+
+
+def replication_inputs(wildcards):
+    """The files of the run that the table is built from (analyses outputs are read when present)."""
+    inputs = []
+    for model in MODELS:
+        files = _model_files(model)
+        inputs += [files["neurons"], *(files[b] for b in BENCHMARKS)]
+        inputs += [files[f"paired_{b}"] for b in BENCHMARKS if f"paired_{b}" in files]
+    return inputs
+
+
+def replication_run(wildcards):
+    """What wneurons.claims.Run needs: per model its family, size and files; config facts; data directories."""
+    return {
+        "models": {
+            m: {
+                "family": spec["family"],
+                "params_b": spec["params_b"],
+                "revision": final_revision(m),
+                "files": _model_files(m),
+            }
+            for m, spec in MODELS.items()
+        },
+        "config": {
+            "random_trials": config["ablation"]["random_trials"],
+            "percents": config["ablation"]["fractions"],
+            "resamples": config["report"]["resamples"],
+            "seed": config["report"]["seed"],
+            "convention": config["evaluation"]["convention"],
+        },
+        "data": {
+            "blimp": data_dir("blimp"),
+            "tse": data_dir("tse"),
+            "tse_format": config["data"]["tse"]["format"],
+            "wikitext2": data_dir("ppl"),
+        },
+    }
+
+
+def explorer_inputs(wildcards):
+    m, r = wildcards.model, wildcards.revision
+    inputs = {
+        "shards": shards_path(m, r),
+        "neurons": neurons_path(m, r),
+        "wikitext": data_dir("ppl"),
+        "checkpoints": [neurons_path(m, c) for c in revisions(m) if c != r],
+    }
+    if model_dir(wildcards):
+        inputs["model"] = model_dir(wildcards)
+    return inputs
+
+
+def explorer_params(wildcards):
+    m, r = wildcards.model, wildcards.revision
+    return {
+        "explorer": config["report"]["explorer"],
+        "checkpoints": [c for c in revisions(m) if c != r],
+    }

@@ -1,0 +1,13 @@
+from wneurons.explorer import explorer_job
+from wneurons.jobs import logged_to
+
+with logged_to(snakemake.log[0]):
+    explorer_job(
+        snakemake.params.model,
+        snakemake.input.shards,
+        snakemake.input.neurons,
+        snakemake.input.wikitext,
+        snakemake.output[0],
+        snakemake.params.spec["explorer"],
+        checkpoint_tables=dict(zip(snakemake.params.spec["checkpoints"], snakemake.input.checkpoints, strict=True)),
+    )
