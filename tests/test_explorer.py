@@ -134,9 +134,11 @@ def html_escaped(text: str) -> str:
 
 
 def test_write_explorer_writes_index_and_one_page_per_neuron(tmp_path):
-    write_explorer(tmp_path / "explorer", "toy", "main", site_records(), "note")
+    write_explorer(tmp_path / "explorer", "toy", "main", site_records(), "note", bundle=tmp_path / "explorer.html")
     names = sorted(p.name for p in (tmp_path / "explorer").iterdir())
     assert names == ["L0_N5.html", "L0_N9.html", "L1_N2.html", "L2_N7.html", "index.html"]
+    bundle = (tmp_path / "explorer.html").read_text()
+    assert bundle.count("<section id=") == 5 and "id='L2_N7'" in bundle and EVIL not in bundle
 
 
 # ---------------------------------------------------------------- a real browser
@@ -192,3 +194,14 @@ def test_explorer_in_a_headless_browser(tmp_path, browser):
     assert EVIL in pairs[1].text
     assert browser.execute_script("return window.__pwned === undefined")
     assert not browser.find_elements("css selector", "body script")
+
+    # The single-file bundle (what the HTML report embeds): index first, a neuron section by its anchor.
+    write_explorer(tmp_path / "site2", "toy", "main", site_records(), "note", bundle=tmp_path / "explorer.html")
+    browser.get((tmp_path / "explorer.html").as_uri())
+    assert browser.find_element("id", "index").is_displayed()
+    assert column(browser, 0) == ["L1 N2", "L0 N5", "L0 N9", "L2 N7"]
+    browser.find_element("link text", "L2 N7").click()
+    section = browser.find_element("id", "L2_N7")
+    assert section.is_displayed() and not browser.find_element("id", "index").is_displayed()
+    assert len(section.find_elements("css selector", "svg.hist rect.bar")) > 10
+    assert browser.execute_script("return window.__pwned === undefined")

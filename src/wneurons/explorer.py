@@ -154,9 +154,18 @@ def _context_row(c: dict) -> str:
     )
 
 
+def _title(rec: dict) -> str:
+    return f"{rec['model']} {rec['revision']} layer {rec['layer']} neuron {rec['neuron']}"
+
+
 def neuron_html(rec: dict) -> str:
     """One neuron's page from its record (see :func:`explorer_job` for the fields)."""
-    title = f"{rec['model']} {rec['revision']} layer {rec['layer']} neuron {rec['neuron']}"
+    return _page(_title(rec), neuron_body(rec, "index.html"))
+
+
+def neuron_body(rec: dict, back: str) -> str:
+    """The body of a neuron's page; ``back`` is the link to the index."""
+    title = _title(rec)
     stats = [
         ("WD (exact, standardized units)", rec["wd"]),
         ("WD from raw-negative tokens", rec["wd_negative"]),
@@ -168,7 +177,7 @@ def neuron_html(rec: dict) -> str:
         (f"MD rank in layer (of {rec['layer_size']})", rec["md_rank"]),
     ]
     body = [
-        f"<p><a href='index.html'>← all neurons</a></p><h1>{_e(title)}</h1>",
+        f"<p><a href='{_e(back)}'>← all neurons</a></p><h1>{_e(title)}</h1>",
         f"<p class='note'>Layer index {_e(rec['layer'])} (0-based; the paper's figures count from 1).</p>",
         "<table class='stats'>"
         + "".join(f"<tr><th>{_e(k)}</th><td class='num'>{_e(_num(v))}</td></tr>" for k, v in stats)
@@ -219,7 +228,7 @@ def neuron_html(rec: dict) -> str:
         body.append("</table>")
     else:
         body.append("<p class='note'>no checkpoints of this model in the run</p>")
-    return _page(title, "\n".join(body))
+    return "\n".join(body)
 
 
 _INDEX_SCRIPT = """<script>
@@ -276,6 +285,10 @@ _INDEX_SCRIPT = """<script>
 
 def index_html(model: str, revision: str, rows: list[dict], note: str) -> str:
     """The sortable index; rows are embedded as JSON and drawn with textContent (no HTML from data)."""
+    return _page(f"{model} {revision}: Wasserstein neurons", index_body(model, revision, rows, note), _INDEX_SCRIPT)
+
+
+def index_body(model: str, revision: str, rows: list[dict], note: str) -> str:
     labels = {
         "layer": "layer",
         "neuron": "neuron",
@@ -294,11 +307,29 @@ def index_html(model: str, revision: str, rows: list[dict], note: str) -> str:
         "L&lt;layer&gt;_N&lt;neuron&gt;.html.</noscript>"
         f"<script type='application/json' id='neurons'>{embed_json(rows)}</script>"
     )
-    return _page(f"{model} {revision}: Wasserstein neurons", body, _INDEX_SCRIPT)
+    return body
 
 
-def write_explorer(out_dir: str | Path, model: str, revision: str, records: list[dict], note: str) -> None:
-    """Write index.html and one page per record into ``out_dir`` (atomically, as one directory)."""
+def bundle_html(model: str, revision: str, rows: list[dict], records: list[dict], note: str) -> str:
+    """The whole explorer as ONE file (for the single-file HTML report): the index and every neuron page are
+    sections shown one at a time by URL fragment (``#L0_N5``), so the links need no other file."""
+    sections = [f"<section id='index' class='view'>{index_body(model, revision, rows, note)}</section>"]
+    sections += [
+        f"<section id='{page_name(r['layer'], r['neuron'])[:-5]}' class='view'>{neuron_body(r, '#index')}</section>"
+        for r in records
+    ]
+    style = (
+        "<style>.view{display:none}.view:target{display:block}"
+        "body:not(:has(.view:target)) #index{display:block}</style>"
+    )
+    return _page(f"{model} {revision}: Wasserstein neurons", style + "\n".join(sections), _INDEX_SCRIPT)
+
+
+def write_explorer(
+    out_dir: str | Path, model: str, revision: str, records: list[dict], note: str, bundle: str | Path | None = None
+) -> None:
+    """Write index.html and one page per record into ``out_dir`` (atomically, as one directory) and, with
+    ``bundle``, the same site as one file (:func:`bundle_html`)."""
     keys = ("layer", "neuron", "wd", "neg_share", "neg_per_token", "md", "wd_rank", "md_rank")
     rows = []
     for rec in records:
@@ -310,6 +341,10 @@ def write_explorer(out_dir: str | Path, model: str, revision: str, records: list
         (tmp / "index.html").write_text(index_html(model, revision, rows, note), encoding="utf-8")
         for rec in records:
             (tmp / page_name(rec["layer"], rec["neuron"])).write_text(neuron_html(rec), encoding="utf-8")
+    if bundle is not None:
+        anchored = [r | {"page": "#" + r["page"][:-5]} for r in rows]
+        with io.atomic_output(bundle, ".html") as tmp_file:
+            tmp_file.write_text(bundle_html(model, revision, anchored, records, note), encoding="utf-8")
 
 
 # ---------------------------------------------------------------- the job: read shards, tables, pair sample
@@ -381,12 +416,14 @@ def explorer_job(
     sample_dir: str | None = None,
     tags_path: str | None = None,
     checkpoint_tables: dict[str, str] | None = None,
+    bundle: str | None = None,
 ) -> dict:
     """Build the explorer of one (model, revision) into ``out_dir``; returns a summary (neurons, seconds).
 
     ``params``: neurons_per_layer, layers (null = all), bins, contexts (per side), context_tokens, top_pairs.
     ``sample_dir``: the analyses' pair sample of this model (x, y, tokens.parquet), ``tags_path`` its POS table;
-    ``checkpoint_tables``: revision -> neurons.parquet of the model's other revisions.
+    ``checkpoint_tables``: revision -> neurons.parquet of the model's other revisions; ``bundle``: also write the
+    site as one HTML file there (for the single-file report).
     """
     import hashlib
 
@@ -447,7 +484,7 @@ def explorer_job(
         f"Top {params['neurons_per_layer']} neurons by WD in each of {listed['layer'].n_unique()} layers; "
         f"statistics over {shard.n_tokens} WikiText-2 test tokens. Click a column to sort."
     )
-    write_explorer(out_dir, spec["name"], spec["revision"], records, note)
+    write_explorer(out_dir, spec["name"], spec["revision"], records, note, bundle=bundle)
     summary = {"neurons": len(records), "seconds": round(time.perf_counter() - start, 2)}
     log.info(
         "explorer %s %s: %d neuron pages in %.1f s", spec["name"], spec["revision"], len(records), summary["seconds"]

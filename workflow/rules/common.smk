@@ -273,6 +273,11 @@ def explorer_path(model, revision):
     return f"results/{model}/{revision}/explorer"
 
 
+def explorer_bundle_path(model, revision):
+    """The explorer as one HTML file: Snakemake's single-file report cannot hold a directory."""
+    return f"results/{model}/{revision}/explorer.html"
+
+
 def explorer_models():
     models = config["report"]["explorer"]["models"]
     return list(MODELS) if models is None else models

@@ -44,9 +44,9 @@ rule explorer:
     input:
         unpack(explorer_inputs),
     output:
-        report(
-            directory(explorer_path("{model}", "{revision}")),
-            htmlindex="index.html",
+        site=directory(explorer_path("{model}", "{revision}")),
+        bundle=report(
+            explorer_bundle_path("{model}", "{revision}"),
             caption="../report/explorer.rst",
             category="Neuron explorer",
         ),

@@ -7,7 +7,8 @@ with logged_to(snakemake.log[0]):
         snakemake.input.shards,
         snakemake.input.neurons,
         snakemake.input.wikitext,
-        snakemake.output[0],
+        snakemake.output.site,
         snakemake.params.spec["explorer"],
         checkpoint_tables=dict(zip(snakemake.params.spec["checkpoints"], snakemake.input.checkpoints, strict=True)),
+        bundle=snakemake.output.bundle,
     )
