@@ -21,20 +21,26 @@ TEXT = "The keys to the cabinet are on the table, and the dogs that bark never b
 class CharTokenizer:
     """One token per character, ids inside the tiny vocabulary (200); enough to drive the collector."""
 
+    bos_token_id = 1  # the tiny models' BOS (tests/conftest.py)
+
     def __call__(self, text: str, add_special_tokens: bool = True, verbose: bool = True) -> dict:
         assert not add_special_tokens, "the collector must not add special tokens"
         return {"input_ids": [3 + ord(ch) % 190 for ch in text]}
 
 
-def _direct_forward(model, ids: list[int], n_windows: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Per layer, the projection outputs [N, K] and inputs [N, d_in] from a plain full forward with own hooks."""
+def _direct_forward(
+    model, ids: list[int], n_windows: int, bos: int | None = None
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per layer, the projection outputs [N, K] and inputs [N, d_in] from a plain full forward with own hooks;
+    with ``bos`` every window is fed after it and the BOS position's outputs are left out."""
     modules = registry.preactivation_modules(model)
     ys, xs = [[] for _ in modules], [[] for _ in modules]
 
     def record(layer):
         def hook(module, args, out):
-            ys[layer].append(out)
-            xs[layer].append(args[0])
+            skip = 0 if bos is None else 1
+            ys[layer].append(out[:, skip:])
+            xs[layer].append(args[0][:, skip:])
 
         return hook
 
@@ -42,7 +48,7 @@ def _direct_forward(model, ids: list[int], n_windows: int) -> tuple[list[torch.T
     windows = torch.tensor(ids[: n_windows * WINDOW]).reshape(n_windows, WINDOW)
     with torch.inference_mode():
         for w in windows:
-            model(input_ids=w[None])
+            model(input_ids=w[None] if bos is None else torch.cat([torch.tensor([bos]), w])[None])
     for h in handles:
         h.remove()
     flat = lambda parts: torch.cat([p.reshape(-1, p.shape[-1]) for p in parts])  # noqa: E731
@@ -70,6 +76,34 @@ def test_shards_equal_a_direct_forward(tiny_model, tmp_path, family):
         y, x_md = load_layer(out, layer)
         torch.testing.assert_close(torch.from_numpy(np.array(y)), ys[layer], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(torch.from_numpy(np.array(x_md)), xs[layer][positions], rtol=1e-5, atol=1e-6)
+
+
+def test_window_bos_feeds_a_bos_per_window_and_stores_only_the_text(tiny_model, tmp_path):
+    model = tiny_model("llama")
+    tok = CharTokenizer()
+    with_bos = collect_activation_shards(
+        model, tok, TEXT, tmp_path / "b", window=WINDOW, batch_size=2, md_tokens=40, dtype="float32", window_bos=True
+    )
+    without = collect_activation_shards(model, tok, TEXT, tmp_path / "n", window=WINDOW, md_tokens=40, dtype="float32")
+    assert with_bos["window_bos"] and with_bos["window_bos_token"] == 1 and not without["window_bos"]
+    assert with_bos["n_tokens"] == without["n_tokens"]  # the BOS positions are not stored
+    ids = tok(TEXT, add_special_tokens=False)["input_ids"]
+    ys, xs = _direct_forward(model, ids, with_bos["n_windows"], bos=1)
+    positions = ShardIndex.load(tmp_path / "b").md_positions
+    for layer in range(len(ys)):
+        y, x_md = load_layer(tmp_path / "b", layer)
+        torch.testing.assert_close(torch.from_numpy(np.array(y)), ys[layer], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(torch.from_numpy(np.array(x_md)), xs[layer][positions], rtol=1e-5, atol=1e-6)
+    # The BOS changes what the model computes for the text (attention sees it), so the shards differ.
+    assert not np.allclose(load_layer(tmp_path / "b", 1)[0], load_layer(tmp_path / "n", 1)[0])
+
+
+def test_window_bos_refuses_a_window_past_the_context(tiny_model, tmp_path):
+    model = tiny_model("llama")  # context 128
+    with pytest.raises(ValueError, match="window 128 \\+ its BOS exceeds the context of 128"):
+        collect_activation_shards(
+            model, CharTokenizer(), TEXT * 3, tmp_path / "s", window=128, md_tokens=10, window_bos=True
+        )
 
 
 def test_max_tokens_whole_windows_and_float16(tiny_model, tmp_path):

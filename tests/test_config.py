@@ -7,6 +7,8 @@ import pytest
 import yaml
 
 from wneurons.config import ConfigError, load_yaml_strict, validate_config
+from wneurons.data import PUBLIC_SOURCES
+from wneurons.scoring import CONVENTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
@@ -36,7 +38,30 @@ def test_shipped_configs_validate_and_get_defaults(name, tmp_path):
     model = next(iter(out["models"].values()))
     assert "final_revision" in model and "ablate" in model
     assert out["ablation"]["layer_groups"]["size"] >= 1
-    assert out["evaluation"]["convention"] in ("authors", "harness")
+    assert out["evaluation"]["convention"] in CONVENTIONS
+    # The data sources come from the one pin (wneurons.data.PUBLIC_SOURCES), not from the config files.
+    assert out["data"]["blimp"]["url"] == PUBLIC_SOURCES["blimp"]["url"]
+    assert out["data"]["wikitext2"]["archive_sha256"] == PUBLIC_SOURCES["wikitext-2"]["archive_sha256"]
+    assert out["data"]["tse"]["url"] == PUBLIC_SOURCES["tse-pickle"]["url"]
+
+
+def test_family_is_optional_and_text_only_model_types_are_accepted(tmp_path):
+    cfg = with_local_data(demo_config(), tmp_path)
+    del cfg["models"]["smollm2-135m"]["family"]
+    assert validate_config(cfg, SCHEMA, ROOT)["models"]["smollm2-135m"]["family"] is None
+    cfg["models"]["smollm2-135m"]["family"] = "gemma3_text"
+    validate_config(cfg, SCHEMA, ROOT)
+
+
+def test_a_plain_gguf_file_is_a_model_source(tmp_path):
+    cfg = with_local_data(demo_config(), tmp_path)
+    spec = cfg["models"]["smollm2-135m"]
+    del spec["gguf_wheel"]
+    spec["gguf_file"] = str(tmp_path / "model.gguf")
+    with pytest.raises(ConfigError, match=r"models\.smollm2-135m\.gguf_file: no such path"):
+        validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    validate_config(cfg, SCHEMA, ROOT)
 
 
 def _set(cfg, path, value):
@@ -58,8 +83,10 @@ BAD = [
     ((*M, "num_layers"), 0, "num_layers"),
     ((*M, "family"), "bert", "family"),
     ((*M, "params_b"), -1, "params_b"),
-    ((*M, "hub_id"), "org/model", "exactly one of hub_id"),
+    ((*M, "hub_id"), "org/model", "exactly one of hub_id, local_path, gguf_wheel, gguf_file"),
     ((*M, "gguf_wheel"), _DELETE, "exactly one of hub_id"),
+    ((*M, "gguf_file"), "model.gguf", "exactly one of hub_id"),
+    ((*M, "window_bos"), "yes", "window_bos"),
     ((*M, "checkpoints"), ["step1", "step1"], "checkpoints"),
     ((*M, "checkpoints"), ["main"], "repeats final_revision"),
     ((*M, "colour"), "blue", "unknown key"),
@@ -96,9 +123,10 @@ def test_malformed_config_gives_one_line_naming_the_key(path, value, expected, t
 
 def test_missing_data_without_url_is_an_error(tmp_path):
     cfg = with_local_data(demo_config(), tmp_path)
-    cfg["data"]["blimp"]["local_dir"] = str(tmp_path / "nowhere")
-    cfg["data"]["blimp"]["url"] = None
-    with pytest.raises(ConfigError, match=r"data\.blimp: local_dir .* does not exist"):
+    # The derived TSE jsonl files have no public source to pin, so url: null leaves nothing to download.
+    cfg["data"]["tse"] |= {"local_dir": str(tmp_path / "nowhere"), "url": None, "format": "jsonl"}
+    cfg["data"]["tse"]["checksums"] = "resources/checksums/tse-jsonl.sha256"
+    with pytest.raises(ConfigError, match=r"data\.tse: local_dir .* does not exist"):
         validate_config(cfg, SCHEMA, ROOT)
 
 

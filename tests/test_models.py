@@ -211,3 +211,47 @@ def test_converted_smollm2_matches_the_gguf_model(tmp_path):
     ids = tokenizer(["The author that the guards like laughs."], return_tensors="pt").input_ids
     assert torch.equal(_logits(model, ids), _logits(direct, ids))
     assert model.config.num_hidden_layers == 30 and model.config.intermediate_size == 1536
+
+
+def test_convert_a_plain_gguf_file_records_its_path_and_checksum(tmp_path, fake_gguf):
+    blob, tiny = fake_gguf
+    out = tmp_path / "converted"
+    source = models.convert_gguf_source("gguf_file", str(blob), out)
+    assert source["gguf_path"] == str(blob.resolve()) and source["gguf_sha256"] == sha256_file(blob)
+    assert json.loads((out / "SOURCE.json").read_text()) == source
+    model, _ = load_model(local_path=out)
+    ids = torch.tensor([[3, 5, 7, 9]])
+    assert torch.equal(_logits(model, ids), _logits(tiny, ids))
+    with pytest.raises(FileNotFoundError, match="missing.gguf"):
+        models.convert_gguf_file(tmp_path / "missing.gguf", tmp_path / "never")
+    with pytest.raises(ValueError, match="'hub_id' is not a GGUF source; GGUF sources: gguf_wheel, gguf_file"):
+        models.convert_gguf_source("hub_id", "a/b", tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+
+
+def test_every_converted_model_source_has_a_converter():
+    from wneurons.config import MODEL_SOURCES
+
+    assert {k for k, v in MODEL_SOURCES.items() if v.converted} == set(models.GGUF_CONVERTERS)
+
+
+def test_tokenizer_adds_bos_tells_what_the_tokenizer_does_by_default():
+    from tokenizers import processors
+
+    tokenizer = _tiny_tokenizer()
+    assert not models.tokenizer_adds_bos(tokenizer)
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 1)]
+    )
+    assert models.tokenizer_adds_bos(tokenizer)
+
+
+def test_configured_family_must_match_the_loaded_model(saved_tiny):
+    from wneurons.jobs import load_configured_model
+
+    path, _ = saved_tiny
+    spec = {"name": "tiny", "local_path": str(path), "num_layers": 3, "revision": "main"}
+    model, _ = load_configured_model(spec | {"family": None}, "float32")  # derived from the model
+    assert model.config.model_type == "llama"
+    with pytest.raises(ValueError, match=r"models\.tiny\.family is 'mistral' but the loaded model's family .* 'llama'"):
+        load_configured_model(spec | {"family": "mistral"}, "float32")

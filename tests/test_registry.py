@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import INTERMEDIATE, N_LAYERS, TINY_FAMILIES, VOCAB, build_tiny_model
@@ -158,3 +160,42 @@ def test_object_without_config_is_rejected():
 def test_projection_weight_rejects_other_modules():
     with pytest.raises(TypeError, match="Embedding"):
         projection_weight(torch.nn.Embedding(3, 2))
+
+
+def test_configured_family_is_checked_against_the_model_type(tiny_model):
+    from wneurons.registry import check_family
+
+    gemma = tiny_model("gemma3")  # text-only: model_type gemma3_text
+    assert check_family(None, gemma) == "gemma3_text"
+    assert check_family("gemma3", gemma) == check_family("gemma3_text", gemma) == "gemma3_text"
+    with pytest.raises(ValueError, match="models.x.family is 'llama' but the loaded model's family .*'gemma3_text'"):
+        check_family("llama", gemma, "models.x.family")
+    with pytest.raises(ValueError, match="'mistral' but .* 'llama'"):
+        check_family("mistral", tiny_model("llama"))
+
+
+def test_window_bos_default_per_family_and_the_config_overrides_it():
+    from wneurons.registry import resolve_window_bos
+
+    assert resolve_window_bos(None, FAMILIES["gemma3_text"], False)[0] is True
+    assert resolve_window_bos(None, FAMILIES["gpt_neox"], True)[0] is False
+    for family in ("llama", "mistral", "opt"):  # families with models trained both ways follow their tokenizer
+        assert resolve_window_bos(None, FAMILIES[family], True)[0] is True
+        assert resolve_window_bos(None, FAMILIES[family], False)[0] is False
+    assert resolve_window_bos(False, FAMILIES["gemma3"], True) == (False, "set in the config")
+    for spec in FAMILIES.values():
+        assert spec.window_bos_reason, spec.model_type
+
+
+def test_schema_family_enum_is_the_registry():
+    import yaml
+
+    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml").read_text())
+    family = schema["properties"]["models"]["additionalProperties"]["properties"]["family"]
+    assert set(family["enum"]) == {None, *FAMILIES}
+
+
+def test_context_length_reads_the_text_config(tiny_model):
+    from wneurons.registry import context_length
+
+    assert context_length(tiny_model("llama")) == 128 and context_length(tiny_model("gpt2")) == 128

@@ -18,6 +18,9 @@ import pytest
 import torch
 
 from wneurons.scoring import (
+    BLIMP_ITEM_COLUMNS,
+    PPL_TOKEN_COLUMNS,
+    TSE_ITEM_COLUMNS,
     perplexity,
     score_blimp,
     score_minimal_pairs,
@@ -83,8 +86,8 @@ def model(tokenizer):
 
 def reference_logprob(model, tokenizer, text: str, convention: str) -> tuple[float, int]:
     """Sum of log p(token_t | tokens_<t) over the scored tokens of one text, computed alone, in float64."""
-    if convention == "authors":
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if convention in ("authors", "no-special-tokens"):
+        ids = tokenizer(text, add_special_tokens=convention == "authors")["input_ids"]
     else:
         ids = [tokenizer.bos_token_id] + tokenizer(" " + text, add_special_tokens=False)["input_ids"]
     with torch.no_grad():
@@ -94,7 +97,7 @@ def reference_logprob(model, tokenizer, text: str, convention: str) -> tuple[flo
     return total, len(ids) - 1
 
 
-@pytest.mark.parametrize("convention", ["authors", "harness"])
+@pytest.mark.parametrize("convention", ["authors", "no-special-tokens", "harness"])
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("batch_size", [1, 3, 64])
 def test_batched_logprobs_equal_per_sentence_reference(model, tokenizer, convention, reduce, batch_size):
@@ -154,6 +157,9 @@ def test_text_with_nothing_to_score_is_named(model, tokenizer):
 def test_ties_count_wrong_and_a_pair_cannot_win_both_ways(model, tokenizer):
     good, bad = TEXTS[:4], TEXTS[4:]
     assert not score_minimal_pairs(model, tokenizer, good, good).any()
+    assert not score_minimal_pairs(model, tokenizer, good, good, convention="no-special-tokens").any()
+    # lm-eval's argmax over [good, bad] takes the first choice on a tie, so under `harness` a tie is correct.
+    assert score_minimal_pairs(model, tokenizer, good, good, convention="harness").all()
     forward = score_minimal_pairs(model, tokenizer, good, bad, batch_size=3)
     backward = score_minimal_pairs(model, tokenizer, bad, good, batch_size=3)
     assert not (forward & backward).any() and (forward | backward).all()
@@ -179,7 +185,7 @@ def _blimp_frame() -> pl.DataFrame:
     )
 
 
-@pytest.mark.parametrize("convention", ["authors", "harness"])
+@pytest.mark.parametrize("convention", ["authors", "no-special-tokens", "harness"])
 def test_score_blimp_summary_matches_per_pair_comparison(model, tokenizer, convention):
     pairs = _blimp_frame()
     summary, scored = score_blimp(model, tokenizer, pairs, convention=convention, batch_size=2, return_pairs=True)
@@ -187,11 +193,19 @@ def test_score_blimp_summary_matches_per_pair_comparison(model, tokenizer, conve
     total = dict(zip(TEXTS, sequence_logprobs(model, tokenizer, TEXTS, convention=convention)[0], strict=True))
     good = np.array([total[t] for t in pairs["sentence_good"]])
     bad = np.array([total[t] for t in pairs["sentence_bad"]])
-    correct = good > bad
-    assert not correct[-1]
+    tie = np.array([g == b for g, b in zip(pairs["sentence_good"], pairs["sentence_bad"], strict=True)])
+    # The tied (identical) pair: wrong as the authors count, correct as lm-eval's argmax counts.
+    correct = (good > bad) | (tie & (convention == "harness"))
+    assert correct[-1] == (convention == "harness")
+    assert scored.columns == list(BLIMP_ITEM_COLUMNS) and scored["item"].to_list() == list(range(5))
     np.testing.assert_array_equal(scored["correct"].to_numpy(), correct)
+    np.testing.assert_array_equal(scored["tie"].to_numpy(), tie)
     np.testing.assert_allclose(scored["logprob_good"].to_numpy(), good, rtol=1e-5)
     assert summary["n_pairs"] == 5 and summary["convention"] == convention
+    assert summary["n_ties"] == 1 and summary["ties_by_paradigm"] == {"p1": 0, "p2": 0, "p3": 1}
+    # SmolLM2's tokenizer prepends nothing of its own; the harness's prefix is its BOS.
+    assert summary["bos_prepended"] == (convention == "harness")
+    assert summary["n_bos_prepended"] == (len(set(TEXTS)) if convention == "harness" else 0)
     assert summary["overall"] == pytest.approx(correct.mean())
     for key, column in [("by_paradigm", "paradigm"), ("by_term", "linguistics_term"), ("by_field", "field")]:
         labels = pairs[column].to_numpy()
@@ -219,6 +233,8 @@ def test_score_tse_uses_mean_logprob_and_reports_intrusive(model, tokenizer):
         }
     )
     summary, scored = score_tse(model, tokenizer, items, batch_size=2, return_items=True)
+    assert scored.columns == list(TSE_ITEM_COLUMNS) and summary["n_ties"] == 0
+    assert summary["ties_by_task"] == {"npi_across_anim": 0, "simple_agrmt": 0}
     mean = dict(zip(TEXTS, sequence_logprobs(model, tokenizer, TEXTS, reduce="mean")[0], strict=True))
     good = np.array([mean[t] for t in items["sentence_good"]])
     bad = np.array([mean[t] for t in items["sentence_bad"]])
@@ -257,8 +273,22 @@ def test_perplexity_equals_exp_of_direct_window_losses(model, tokenizer):
     assert result["n_windows"] == n_windows and result["n_tokens"] == n_windows * (window - 1)
     assert result["mean_nll"] == pytest.approx(np.mean(losses), rel=1e-5)
     assert result["perplexity"] == pytest.approx(math.exp(np.mean(losses)), rel=1e-5)
-    assert result["token_nll"].dtype == np.float32 and result["token_nll"].shape == (result["n_tokens"],)
-    assert result["token_nll"].mean() == pytest.approx(result["mean_nll"], rel=1e-5)
+    tokens = result["tokens"]
+    assert tokens.columns == list(PPL_TOKEN_COLUMNS) and tokens.height == result["n_tokens"]
+    assert tokens.schema == {
+        "window": pl.Int32,
+        "position": pl.Int64,
+        "token_id": pl.Int32,
+        "char_start": pl.Int32,
+        "char_end": pl.Int32,
+        "nll": pl.Float32,
+    }
+    assert tokens["nll"].mean() == pytest.approx(result["mean_nll"], rel=1e-5)
+    # Each row names the token it predicts: its id in the stream and the characters it covers.
+    np.testing.assert_array_equal(tokens["token_id"].to_numpy(), ids.numpy()[tokens["position"].to_numpy()])
+    pieces = [text[a:b] for a, b in zip(tokens["char_start"], tokens["char_end"], strict=True)]
+    assert [tokenizer.decode([i]).strip() for i in tokens["token_id"][:20]] == [p.strip() for p in pieces[:20]]
+    assert not result["bos_prepended"] and not result["window_bos"] and result["convention"] == "authors"
 
 
 def test_perplexity_drops_the_tail_and_caps_whole_windows(model, tokenizer):
@@ -267,13 +297,16 @@ def test_perplexity_drops_the_tail_and_caps_whole_windows(model, tokenizer):
     window = 16
     full = perplexity(model, tokenizer, text, window=window, return_token_nll=True)
     assert full["n_windows"] == n_ids // window and n_ids % window != 0
-    assert full["token_positions"].max() == full["n_windows"] * window - 1  # the tail is never predicted
+    positions = full["tokens"]["position"].to_numpy()
+    assert positions.max() == full["n_windows"] * window - 1  # the tail is never predicted
     # Window starts are never predicted: positions skip every multiple of the window.
-    assert not np.any(full["token_positions"] % window == 0)
+    assert not np.any(positions % window == 0)
+    np.testing.assert_array_equal(full["tokens"]["window"].to_numpy(), positions // window)
     capped = perplexity(model, tokenizer, text, window=window, max_tokens=2 * window + 5, return_token_nll=True)
     assert capped["n_windows"] == 2 and capped["n_tokens"] == 2 * (window - 1)
-    np.testing.assert_allclose(capped["token_nll"], full["token_nll"][: capped["n_tokens"]], rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(capped["token_positions"], full["token_positions"][: capped["n_tokens"]])
+    head = full["tokens"].head(capped["n_tokens"])
+    np.testing.assert_allclose(capped["tokens"]["nll"], head["nll"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(capped["tokens"]["position"], head["position"])
 
 
 def test_perplexity_window_defaults_to_context_length_and_rejects_short_text(model, tokenizer):
@@ -303,3 +336,150 @@ def test_smollm2_blimp_accuracy_is_well_above_chance():
         summary = score_blimp(model, tokenizer, pairs, convention=convention)
         assert summary["n_pairs"] == 180
         assert summary["overall"] > 0.75, (convention, summary["by_paradigm"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The `authors` convention with a tokenizer that prepends BOS and one that does not. The references below are
+# written from the definition of the authors' code (docs/conventions.md): tokenize a batch with the tokenizer's
+# defaults and padding, drop the first position, sum (BLiMP) the log-probs under the attention mask.
+
+WORD_SENTENCES = [
+    "the dog runs here",
+    "the dogs runs here",
+    "a cat that the dog likes sleeps",
+    "a cat that the dog likes sleep",
+    "no pilot has ever laughed",
+    "the pilot has ever laughed",
+]
+
+
+def _word_tokenizer(template: str | None):
+    """A word-level fast tokenizer over WORD_SENTENCES' words; ``template`` (e.g. "<s> $A") is its
+    TemplateProcessing post-processor, i.e. the special tokens it adds by default (None: adds none)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = sorted({w for s in WORD_SENTENCES for w in s.split()})
+    vocab = {t: i for i, t in enumerate(["<pad>", "<s>", "</s>", "<unk>", *words])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if template is not None:
+        tok.post_processor = processors.TemplateProcessing(single=template, special_tokens=[("<s>", 1), ("</s>", 2)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+@pytest.fixture(scope="module")
+def word_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    n_words = len({w for s in WORD_SENTENCES for w in s.split()})
+    config = LlamaConfig(
+        vocab_size=4 + n_words,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        initializer_range=0.3,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        return LlamaForCausalLM(config).eval()
+
+
+def authors_reference(model, tokenizer, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Summed log-prob and scored-token count per sentence, as the authors' utils/blimp.py computes them."""
+    enc = tokenizer(sentences, add_special_tokens=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.double()
+    logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, enc["input_ids"][:, 1:, None])[..., 0]
+    mask = enc["attention_mask"][:, 1:].double()
+    return (logp * mask).sum(1).numpy(), mask.sum(1).long().numpy()
+
+
+@pytest.mark.parametrize(("template", "adds_bos"), [("<s> $A", True), (None, False)])
+def test_authors_convention_scores_what_the_authors_code_scores(word_model, template, adds_bos):
+    tokenizer = _word_tokenizer(template)
+    n_words = np.array([len(s.split()) for s in WORD_SENTENCES])
+    ref_sum, ref_n = authors_reference(word_model, tokenizer, WORD_SENTENCES)
+    # With a BOS the first word is scored; without one it is context only.
+    np.testing.assert_array_equal(ref_n, n_words if adds_bos else n_words - 1)
+    scores, n_scored = sequence_logprobs(word_model, tokenizer, WORD_SENTENCES, convention="authors", batch_size=4)
+    np.testing.assert_array_equal(n_scored, ref_n)
+    np.testing.assert_allclose(scores, ref_sum, rtol=1e-5, atol=1e-5)
+    # The earlier default never adds special tokens, whatever the tokenizer does.
+    _, n_plain = sequence_logprobs(word_model, tokenizer, WORD_SENTENCES, convention="no-special-tokens")
+    np.testing.assert_array_equal(n_plain, n_words - 1)
+
+    pairs = pl.DataFrame(
+        {
+            "paradigm": ["agr", "agr", "npi"],
+            "linguistics_term": ["a", "a", "n"],
+            "field": ["syntax"] * 3,
+            "sentence_good": WORD_SENTENCES[0::2],
+            "sentence_bad": WORD_SENTENCES[1::2],
+        }
+    )
+    summary, scored = score_blimp(word_model, tokenizer, pairs, convention="authors", return_pairs=True)
+    np.testing.assert_allclose(scored["logprob_good"].to_numpy(), ref_sum[0::2], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(scored["correct"].to_numpy(), ref_sum[0::2] > ref_sum[1::2])
+    assert summary["bos_prepended"] is adds_bos and summary["n_bos_prepended"] == (6 if adds_bos else 0)
+
+
+def test_authors_perplexity_has_one_bos_for_the_whole_text(word_model):
+    tokenizer = _word_tokenizer("<s> $A")
+    text = " ".join(WORD_SENTENCES * 4)
+    window = 8
+    result = perplexity(word_model, tokenizer, text, window=window, return_token_nll=True)
+    # The authors' utils/perplexity.py: the whole text tokenized once with the defaults, chunks, tail dropped.
+    stream = torch.tensor(tokenizer(text)["input_ids"])
+    assert int(stream[0]) == 1 and int((stream == 1).sum()) == 1
+    n_windows = len(stream) // window
+    with torch.no_grad():
+        losses = [
+            float(word_model(w[None], labels=w[None]).loss) for w in stream[: n_windows * window].view(-1, window)
+        ]
+    assert result["mean_nll"] == pytest.approx(np.mean(losses), rel=1e-5)
+    assert result["bos_prepended"] and result["n_bos_prepended"] == 1 and not result["window_bos"]
+    assert result["tokens"]["position"][0] == 1  # the BOS is context, never predicted
+    with pytest.raises(ValueError, match="window_bos does not apply to 'authors'"):
+        perplexity(word_model, tokenizer, text, window=window, window_bos=True)
+
+
+def test_a_predicted_special_token_has_no_character_span(word_model):
+    tokenizer = _word_tokenizer("<s> $A </s>")
+    text = WORD_SENTENCES[2]
+    result = perplexity(word_model, tokenizer, text, window=len(text.split()) + 2, return_token_nll=True)
+    tokens = result["tokens"]
+    assert tokens["token_id"][-1] == 2 and (tokens["char_start"][-1], tokens["char_end"][-1]) == (-1, -1)
+    assert text[tokens["char_start"][0] : tokens["char_end"][0]] == text.split()[0]  # the first word is scored
+
+
+def test_window_bos_prepends_a_bos_to_every_window(word_model):
+    tokenizer = _word_tokenizer(None)
+    text = " ".join(WORD_SENTENCES * 4)
+    window = 8
+    result = perplexity(
+        word_model,
+        tokenizer,
+        text,
+        convention="no-special-tokens",
+        window=window,
+        window_bos=True,
+        return_token_nll=True,
+    )
+    stream = torch.tensor(tokenizer(text)["input_ids"])
+    n_windows = len(stream) // window
+    fed = torch.cat([torch.ones(n_windows, 1, dtype=torch.long), stream[: n_windows * window].view(-1, window)], 1)
+    with torch.no_grad():
+        losses = [float(word_model(w[None], labels=w[None]).loss) for w in fed]
+    # Every text token of a window is predicted (its context starts with the BOS).
+    assert result["n_tokens"] == n_windows * window and result["mean_nll"] == pytest.approx(np.mean(losses), rel=1e-5)
+    assert result["bos_prepended"] and result["n_bos_prepended"] == n_windows and result["window_bos"]
+    np.testing.assert_array_equal(result["tokens"]["position"].to_numpy(), np.arange(n_windows * window))

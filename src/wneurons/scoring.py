@@ -1,22 +1,30 @@
 """Sentence log-probabilities, BLiMP / TSE minimal-pair accuracy and WikiText-2 perplexity.
 
-Two scoring conventions (NOTES.md, "BLiMP"):
+Three scoring conventions (docs/conventions.md, "Scoring conventions"):
 
 ``authors``
-    the authors' released utilities: the sentence is tokenized without special tokens and its first token is not
-    scored (nothing precedes it).
+    the authors' released utilities: the sentence is tokenized with the tokenizer's **own default special tokens**
+    (``add_special_tokens=True``) and the first position is not scored. A tokenizer that prepends BOS
+    (Llama-3.1, Mistral, OPT, Gemma) therefore has the first word scored; one that prepends nothing (Pythia,
+    Qwen3, SmolLM2) does not. A tie (good == bad) counts as wrong.
+``no-special-tokens``
+    the project's earlier default: tokenized without special tokens, the first token is context only; ties wrong.
 ``harness``
     lm-evaluation-harness: the context is one prefix token (BOS, else EOS) and the continuation is
-    ``" " + sentence``, so every word of the sentence is scored.
+    ``" " + sentence``, so every word of the sentence is scored. A tie counts as correct, as lm-eval's argmax
+    takes the first choice (the good sentence).
 
-Either way a sentence becomes one token sequence whose first token is context only and whose every later token is
-scored, so one batched routine serves both. Sentences are tokenized once, sorted by length (little padding),
-right-padded and scored with one forward pass per batch; log-softmax is evaluated only at the target ids
-(``logit[target] - logsumexp(logits)`` in float32), never as a full float64 copy of the logits.
+Whatever the convention, a sentence becomes one token sequence whose first token is context only and whose every
+later token is scored, so one batched routine serves all three. Sentences are tokenized once, sorted by length
+(little padding), right-padded and scored with one forward pass per batch; log-softmax is evaluated only at the
+target ids (``logit[target] - logsumexp(logits)`` in float32), never as a full float64 copy of the logits.
+Every summary records the convention and whether a BOS was actually prepended (``bos_prepended``, with the count
+``n_bos_prepended`` of scored sequences that got one, in case a tokenizer decides per text).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
@@ -28,9 +36,10 @@ import numpy as np
 import polars as pl
 import torch
 
+from wneurons.registry import context_length
+
 log = logging.getLogger(__name__)
 
-CONVENTIONS = ("authors", "harness")
 REDUCTIONS = ("sum", "mean")
 
 # Rows of logits turned into float32 at a time: bounds the temporary copy (~256 MiB for a 64k vocabulary).
@@ -40,6 +49,14 @@ _LOG_INTERVAL_S = 30.0
 
 BLIMP_COLUMNS = ("paradigm", "linguistics_term", "field", "sentence_good", "sentence_bad")
 TSE_COLUMNS = ("task", "family", "condition", "sentence_good", "sentence_bad", "sentence_intrusive")
+# Columns of the per-item / per-token results (`{benchmark}.items.parquet`), in file order.
+BLIMP_ITEM_COLUMNS = (
+    "item", "paradigm", "linguistics_term", "field", "logprob_good", "logprob_bad", "correct", "tie"
+)  # fmt: skip
+TSE_ITEM_COLUMNS = (
+    "item", "task", "family", "condition", "logprob_good", "logprob_bad", "logprob_intrusive", "correct", "tie"
+)  # fmt: skip
+PPL_TOKEN_COLUMNS = ("window", "position", "token_id", "char_start", "char_end", "nll")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -67,12 +84,7 @@ class _Progress:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# tokenization and the batched core
-
-
-def _check_convention(convention: str) -> None:
-    if convention not in CONVENTIONS:
-        raise ValueError(f"unknown scoring convention {convention!r}; valid conventions: {', '.join(CONVENTIONS)}")
+# conventions
 
 
 def _prefix_token_id(tokenizer) -> int:
@@ -84,17 +96,81 @@ def _prefix_token_id(tokenizer) -> int:
     raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a BOS nor an EOS token for 'harness' scoring")
 
 
-def _tokenize(tokenizer, texts: Sequence[str], convention: str) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids of every text as one flat int64 array plus int64 offsets (CSR layout, ``len(texts) + 1``).
+def _leading_bos(tokenizer, encoded: Sequence[Sequence[int]]) -> int:
+    """How many token sequences start with the tokenizer's BOS (0 when it has none)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return 0 if bos is None else sum(1 for ids in encoded if len(ids) and ids[0] == bos)
+
+
+def _encode_defaults(tokenizer, texts: Sequence[str]) -> tuple[list[list[int]], int]:
+    encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+    return encoded, _leading_bos(tokenizer, encoded)
+
+
+def _encode_plain(tokenizer, texts: Sequence[str]) -> tuple[list[list[int]], int]:
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"], 0
+
+
+def _encode_harness(tokenizer, texts: Sequence[str]) -> tuple[list[list[int]], int]:
+    prefix = _prefix_token_id(tokenizer)
+    encoded = [[prefix, *ids] for ids in tokenizer([" " + t for t in texts], add_special_tokens=False)["input_ids"]]
+    return encoded, len(encoded) if prefix == getattr(tokenizer, "bos_token_id", None) else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Convention:
+    """How one scoring convention turns texts into scored token sequences and decides ties.
+
+    ``encode(tokenizer, texts)`` returns one id list per text (position 0 is context only, every later position
+    is scored) and how many of them start with a prepended BOS. ``tie_correct``: whether good == bad counts as
+    correct. ``stream_special_tokens``: whether the perplexity text is tokenized with the tokenizer's defaults.
+    """
+
+    encode: Callable[[Any, Sequence[str]], tuple[list[list[int]], int]]
+    tie_correct: bool
+    stream_special_tokens: bool
+
+
+CONVENTIONS: dict[str, Convention] = {
+    "authors": Convention(_encode_defaults, tie_correct=False, stream_special_tokens=True),
+    "no-special-tokens": Convention(_encode_plain, tie_correct=False, stream_special_tokens=False),
+    # lm-eval scores [good, bad] as choices and takes argmax, which picks the first (good) on a tie.
+    "harness": Convention(_encode_harness, tie_correct=True, stream_special_tokens=False),
+}
+
+
+def _convention(name: str) -> Convention:
+    try:
+        return CONVENTIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown scoring convention {name!r}; valid conventions: {', '.join(CONVENTIONS)}") from None
+
+
+def _decide(good: np.ndarray, bad: np.ndarray, convention: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(correct, tie)`` of minimal pairs: good strictly higher, or tied where the convention counts ties."""
+    tie = good == bad
+    correct = good > bad
+    if _convention(convention).tie_correct:
+        correct = correct | tie
+    return correct, tie
+
+
+def _bos_record(n_bos: int, n_sequences: int) -> dict[str, Any]:
+    """What a result records about BOS: true only when every scored sequence got one (the count says if some)."""
+    return {"bos_prepended": bool(n_sequences) and n_bos == n_sequences, "n_bos_prepended": int(n_bos)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# tokenization and the batched core
+
+
+def _tokenize(tokenizer, texts: Sequence[str], convention: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """Token ids of every text as one flat int64 array plus int64 offsets (CSR layout, ``len(texts) + 1``), and
+    how many sequences start with a prepended BOS.
 
     Position 0 of each sequence is context only; every later position is scored.
     """
-    _check_convention(convention)
-    if convention == "authors":
-        encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    else:
-        prefix = _prefix_token_id(tokenizer)
-        encoded = [[prefix, *ids] for ids in tokenizer([" " + t for t in texts], add_special_tokens=False)["input_ids"]]
+    encoded, n_bos = _convention(convention).encode(tokenizer, texts)
     lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=len(encoded))
     too_short = np.flatnonzero(lengths < 2)
     if too_short.size:
@@ -106,7 +182,7 @@ def _tokenize(tokenizer, texts: Sequence[str], convention: str) -> tuple[np.ndar
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=int(offsets[-1]))
-    return flat, offsets
+    return flat, offsets, n_bos
 
 
 def _padded_batch(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -175,6 +251,28 @@ def _batched_logprob_sums(
 # public scoring API
 
 
+def _score_texts(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    convention: str,
+    reduce: str,
+    batch_size: int,
+    progress: Callable[[int, int], Any] | None,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`sequence_logprobs` plus the count of sequences that got a prepended BOS."""
+    _convention(convention)
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"unknown reduce {reduce!r}; valid: {', '.join(REDUCTIONS)}")
+    if len(texts) == 0:
+        return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64), 0
+    flat, offsets, n_bos = _tokenize(tokenizer, texts, convention)
+    n_scored = offsets[1:] - offsets[:-1] - 1
+    sums = _batched_logprob_sums(model, flat, offsets, batch_size=batch_size, progress=progress)
+    return (sums / n_scored if reduce == "mean" else sums), n_scored, n_bos
+
+
 def sequence_logprobs(
     model,
     tokenizer,
@@ -189,26 +287,24 @@ def sequence_logprobs(
 
     Returns ``(scores, n_scored)``: float64 ``[n]`` natural-log probabilities (the total over scored tokens for
     ``reduce="sum"``, the mean per scored token for ``reduce="mean"``) and int64 ``[n]`` counts of scored tokens.
-    ``convention`` is ``"authors"`` or ``"harness"`` (module docstring). ``progress(done, total)`` is called after
+    ``convention`` is one of :data:`CONVENTIONS` (module docstring). ``progress(done, total)`` is called after
     every batch. Raises ``ValueError`` for an unknown convention/reduction or a text with no token to score.
     """
-    _check_convention(convention)
-    if reduce not in REDUCTIONS:
-        raise ValueError(f"unknown reduce {reduce!r}; valid: {', '.join(REDUCTIONS)}")
-    if len(texts) == 0:
-        return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64)
-    flat, offsets = _tokenize(tokenizer, texts, convention)
-    n_scored = offsets[1:] - offsets[:-1] - 1
-    sums = _batched_logprob_sums(model, flat, offsets, batch_size=batch_size, progress=progress)
-    return (sums / n_scored if reduce == "mean" else sums), n_scored
+    scores, n_scored, _ = _score_texts(
+        model, tokenizer, texts, convention=convention, reduce=reduce, batch_size=batch_size, progress=progress
+    )
+    return scores, n_scored
 
 
-def _scores_deduplicated(model, tokenizer, groups: Sequence[Sequence[str]], **kwargs) -> list[np.ndarray]:
-    """Scores of several lists of texts from one sorted pass over their distinct texts (one array per list)."""
+def _scores_deduplicated(
+    model, tokenizer, groups: Sequence[Sequence[str]], **kwargs
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Scores of several lists of texts from one sorted pass over their distinct texts (one array per list), and
+    the BOS record of that pass (:func:`_bos_record` over the distinct texts)."""
     index: dict[str, int] = {}
     inverse = [np.array([index.setdefault(t, len(index)) for t in group], dtype=np.int64) for group in groups]
-    scores, _ = sequence_logprobs(model, tokenizer, list(index), **kwargs)
-    return [scores[inv] for inv in inverse]
+    scores, _, n_bos = _score_texts(model, tokenizer, list(index), **kwargs)
+    return [scores[inv] for inv in inverse], _bos_record(n_bos, len(index))
 
 
 def score_minimal_pairs(
@@ -221,16 +317,17 @@ def score_minimal_pairs(
     reduce: str = "sum",
     batch_size: int = 64,
 ) -> np.ndarray:
-    """Bool ``[n]``: ``score(good[i]) > score(bad[i])`` strictly (a tie counts as wrong).
+    """Bool ``[n]``: ``score(good[i]) > score(bad[i])`` strictly; a tie counts as wrong except under ``harness``
+    (lm-eval's argmax takes the first choice).
 
     Good and bad sentences are scored in one length-sorted pass; a sentence occurring several times is scored once.
     """
     if len(good) != len(bad):
         raise ValueError(f"good and bad differ in length: {len(good)} vs {len(bad)}")
-    good_lp, bad_lp = _scores_deduplicated(
-        model, tokenizer, [good, bad], convention=convention, reduce=reduce, batch_size=batch_size
+    (good_lp, bad_lp), _ = _scores_deduplicated(
+        model, tokenizer, [good, bad], convention=convention, reduce=reduce, batch_size=batch_size, progress=None
     )
-    return good_lp > bad_lp
+    return _decide(good_lp, bad_lp, convention)[0]
 
 
 def _require_columns(frame: pl.DataFrame, columns: Sequence[str], what: str) -> None:
@@ -248,6 +345,24 @@ def _accuracy_by(frame: pl.DataFrame, key: str | pl.Expr, correct: str = "correc
     return dict(zip(grouped["_key"].to_list(), grouped["_acc"].to_list(), strict=True))
 
 
+def _ties_by(frame: pl.DataFrame, key: str) -> dict[str, int]:
+    """Number of tied pairs per value of ``key`` (every value listed, zeros included), sorted by key."""
+    grouped = frame.group_by(key).agg(pl.col("tie").sum().alias("_ties")).sort(key)
+    return dict(zip(grouped[key].to_list(), grouped["_ties"].to_list(), strict=True))
+
+
+def _with_decisions(frame: pl.DataFrame, good: np.ndarray, bad: np.ndarray, convention: str) -> pl.DataFrame:
+    """``frame`` with its row number ``item`` first and float64 ``logprob_good/bad``, bool ``correct``, ``tie``."""
+    correct, tie = _decide(good, bad, convention)
+    return frame.with_row_index("item").with_columns(
+        pl.col("item").cast(pl.Int64),
+        logprob_good=pl.Series(good, dtype=pl.Float64),
+        logprob_bad=pl.Series(bad, dtype=pl.Float64),
+        correct=pl.Series(correct),
+        tie=pl.Series(tie),
+    )
+
+
 def score_blimp(
     model,
     tokenizer,
@@ -258,16 +373,17 @@ def score_blimp(
     return_pairs: bool = False,
     progress: Callable[[int, int], Any] | None = None,
 ) -> dict[str, Any] | tuple[dict[str, Any], pl.DataFrame]:
-    """BLiMP accuracy: a pair is correct when the good sentence's **summed** log-prob is strictly higher.
+    """BLiMP accuracy: a pair is correct when the good sentence's **summed** log-prob is higher (ties: see
+    :data:`CONVENTIONS`).
 
     ``pairs`` has columns paradigm, linguistics_term, field, sentence_good, sentence_bad (``wneurons.data.load_blimp``).
-    Returns ``{"overall", "n_pairs", "by_term", "by_paradigm", "by_field", "convention", "reduce"}`` with accuracies
-    as fractions in [0, 1] (overall is the micro-average over pairs). With ``return_pairs=True`` returns
-    ``(summary, frame)`` where the frame is ``pairs`` plus float64 ``logprob_good``, ``logprob_bad`` and bool
-    ``correct``.
+    Returns ``{"overall", "n_pairs", "by_term", "by_paradigm", "by_field", "n_ties", "ties_by_paradigm",
+    "convention", "bos_prepended", "n_bos_prepended", "reduce"}`` with accuracies as fractions in [0, 1] (overall
+    is the micro-average over pairs). With ``return_pairs=True`` returns ``(summary, frame)``: the per-pair frame
+    with exactly :data:`BLIMP_ITEM_COLUMNS` (``item`` = row of ``pairs``).
     """
     _require_columns(pairs, BLIMP_COLUMNS, "BLiMP")
-    good_lp, bad_lp = _scores_deduplicated(
+    (good_lp, bad_lp), bos = _scores_deduplicated(
         model,
         tokenizer,
         [pairs["sentence_good"].to_list(), pairs["sentence_bad"].to_list()],
@@ -276,19 +392,20 @@ def score_blimp(
         batch_size=batch_size,
         progress=progress,
     )
-    scored = pairs.with_columns(
-        logprob_good=pl.Series(good_lp), logprob_bad=pl.Series(bad_lp), correct=pl.Series(good_lp > bad_lp)
-    )
+    scored = _with_decisions(pairs, good_lp, bad_lp, convention)
     summary = {
         "overall": float(scored["correct"].mean()),
         "n_pairs": scored.height,
         "by_term": _accuracy_by(scored, "linguistics_term"),
         "by_paradigm": _accuracy_by(scored, "paradigm"),
         "by_field": _accuracy_by(scored, "field"),
+        "n_ties": int(scored["tie"].sum()),
+        "ties_by_paradigm": _ties_by(scored, "paradigm"),
         "convention": convention,
+        **bos,
         "reduce": "sum",
     }
-    return (summary, scored) if return_pairs else summary
+    return (summary, scored.select(BLIMP_ITEM_COLUMNS)) if return_pairs else summary
 
 
 def score_tse(
@@ -304,15 +421,17 @@ def score_tse(
     """TSE (Marvin & Linzen) accuracy with **mean** per-token log-prob (length-normalized, the authors' choice).
 
     ``items`` has columns task, family, condition, sentence_good, sentence_bad, sentence_intrusive (null except for
-    NPI triples; ``wneurons.data.load_tse``). An item is correct when good scores strictly higher than bad (for NPI
-    triples: first vs last element, as the authors compare). Returns ``{"overall", "n_items", "by_family",
-    "by_task", "by_task_condition": {"task:condition": acc}, "npi_good_vs_intrusive": {"overall", "n_items",
-    "by_task"}, "convention", "reduce"}``, accuracies as fractions in [0, 1]. With ``return_items=True`` returns
-    ``(summary, frame)`` with float64 ``logprob_good/bad/intrusive`` (mean per token) and bool ``correct`` added.
+    NPI triples; ``wneurons.data.load_tse``). An item is correct when good scores higher than bad (for NPI
+    triples: first vs last element, as the authors compare; ties: see :data:`CONVENTIONS`). Returns
+    ``{"overall", "n_items", "by_family", "by_task", "by_task_condition": {"task:condition": acc},
+    "npi_good_vs_intrusive": {"overall", "n_items", "by_task"}, "n_ties", "ties_by_task", "convention",
+    "bos_prepended", "n_bos_prepended", "reduce"}``, accuracies as fractions in [0, 1]. With ``return_items=True``
+    returns ``(summary, frame)``: the per-item frame with exactly :data:`TSE_ITEM_COLUMNS` (log-probs are means
+    per token; ``logprob_intrusive`` null outside NPI triples).
     """
     _require_columns(items, TSE_COLUMNS, "TSE")
     intrusive_rows = items["sentence_intrusive"].is_not_null().to_numpy()
-    good_lp, bad_lp, intrusive_lp = _scores_deduplicated(
+    (good_lp, bad_lp, intrusive_lp), bos = _scores_deduplicated(
         model,
         tokenizer,
         [
@@ -327,14 +446,13 @@ def score_tse(
     )
     intrusive_full = np.full(items.height, np.nan)
     intrusive_full[intrusive_rows] = intrusive_lp
-    scored = items.with_columns(
-        logprob_good=pl.Series(good_lp),
-        logprob_bad=pl.Series(bad_lp),
-        logprob_intrusive=pl.Series(intrusive_full, nan_to_null=True),
-        correct=pl.Series(good_lp > bad_lp),
+    scored = _with_decisions(items, good_lp, bad_lp, convention).with_columns(
+        logprob_intrusive=pl.Series(intrusive_full, dtype=pl.Float64, nan_to_null=True)
     )
     npi = scored.filter(pl.Series(intrusive_rows)).with_columns(
-        correct_vs_intrusive=pl.col("logprob_good") > pl.col("logprob_intrusive")
+        correct_vs_intrusive=pl.Series(
+            _decide(scored["logprob_good"].filter(intrusive_rows).to_numpy(), intrusive_lp, convention)[0]
+        )
     )
     summary = {
         "overall": float(scored["correct"].mean()),
@@ -347,19 +465,24 @@ def score_tse(
             "n_items": npi.height,
             "by_task": _accuracy_by(npi, "task", "correct_vs_intrusive") if npi.height else {},
         },
+        "n_ties": int(scored["tie"].sum()),
+        "ties_by_task": _ties_by(scored, "task"),
         "convention": convention,
+        **bos,
         "reduce": "mean",
     }
-    return (summary, scored) if return_items else summary
+    return (summary, scored.select(TSE_ITEM_COLUMNS)) if return_items else summary
 
 
-def _context_length(model) -> int:
-    config = model.config
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(config, name, None)
-        if value:
-            return int(value)
-    raise ValueError(f"cannot tell the context length of model_type {config.model_type!r}; pass window=")
+def window_bos_token(tokenizer, window_bos: bool) -> int | None:
+    """The BOS id prepended to every window when ``window_bos`` is on (None when off); an error if the
+    tokenizer has no BOS."""
+    if not window_bos:
+        return None
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        raise ValueError(f"window_bos is on but tokenizer {type(tokenizer).__name__} has no BOS token")
+    return int(bos)
 
 
 def perplexity(
@@ -367,27 +490,49 @@ def perplexity(
     tokenizer,
     text: str,
     *,
+    convention: str = "authors",
+    window_bos: bool = False,
     window: int | None = 2048,
     max_tokens: int | None = None,
     batch_size: int = 4,
     return_token_nll: bool = False,
     progress: Callable[[int, int], Any] | None = None,
 ) -> dict[str, Any]:
-    """Perplexity of ``text`` in the authors' convention (NOTES.md, "Perplexity").
+    """Perplexity of ``text`` over non-overlapping windows (docs/conventions.md, "Perplexity windows").
 
-    The text is tokenized once without special tokens and cut into non-overlapping windows of ``window`` tokens
-    (``None``: the model's context length); the tail shorter than a window is dropped, and ``max_tokens`` caps the
-    tokens used to whole windows. Within a window every token but the first is predicted.
+    The text is tokenized once into a token stream, with the tokenizer's default special tokens under ``authors``
+    (one BOS at the very start where the tokenizer adds one, as the authors' code) and without them otherwise.
+    The stream is cut into windows of ``window`` tokens (``None``: the model's context length); the tail shorter
+    than a window is dropped, and ``max_tokens`` caps the tokens used to whole windows. Within a window every
+    token but the first is predicted. With ``window_bos`` (not under ``authors``, whose stream is the authors'),
+    every window gets a BOS prepended as its context, so all ``window`` tokens of it are predicted and the model
+    sees ``window + 1`` positions.
+
     Returns ``{"perplexity": exp(mean_nll), "mean_nll" (nats per token), "n_tokens" (predicted tokens),
-    "n_windows", "window"}``; with ``return_token_nll=True`` also ``"token_nll"`` (float32 ``[n_tokens]``, nats)
-    and ``"token_positions"`` (int64 index of each predicted token in the tokenized text, in the same order).
+    "n_windows", "window", "convention", "window_bos", "bos_prepended", "n_bos_prepended" (windows whose context
+    starts with a BOS)}``; with ``return_token_nll=True`` also ``"tokens"``: one row per predicted token with
+    :data:`PPL_TOKEN_COLUMNS` (``position`` indexes the stream; character spans -1/-1 for special tokens).
     """
-    window = _context_length(model) if window is None else int(window)
+    conv = _convention(convention)
+    if window_bos and conv.stream_special_tokens:
+        raise ValueError(f"window_bos does not apply to {convention!r} perplexity (one BOS for the whole text)")
+    bos = window_bos_token(tokenizer, window_bos)
+    context = context_length(model) if window is None or window_bos else None
+    window = context - int(window_bos) if window is None else int(window)
     if window < 2:
         raise ValueError(f"window must be >= 2 tokens, got {window}")
+    if window_bos and window + 1 > context:
+        raise ValueError(f"window {window} + its BOS exceeds the model's context of {context} tokens")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+    encoding = tokenizer(
+        text,
+        add_special_tokens=conv.stream_special_tokens,
+        return_offsets_mapping=return_token_nll,
+        return_special_tokens_mask=return_token_nll,
+        verbose=False,
+    )
+    ids = np.asarray(encoding["input_ids"], dtype=np.int64)
     usable = len(ids) if max_tokens is None else min(len(ids), int(max_tokens))
     n_windows = usable // window
     if n_windows == 0:
@@ -395,8 +540,10 @@ def perplexity(
             f"text has {len(ids)} tokens (max_tokens={max_tokens}): not enough for one window of {window} tokens"
         )
     windows = torch.from_numpy(ids[: n_windows * window].reshape(n_windows, window))
+    if bos is not None:
+        windows = torch.cat([torch.full((n_windows, 1), bos, dtype=windows.dtype), windows], dim=1)
     device = _model_device(model)
-    nll = torch.empty(n_windows, window - 1, dtype=torch.float32)
+    nll = torch.empty(n_windows, windows.shape[1] - 1, dtype=torch.float32)
     tracker = _Progress(n_windows, "windows", progress)
     with torch.inference_mode():
         for lo in range(0, n_windows, batch_size):
@@ -406,16 +553,39 @@ def perplexity(
             tracker.advance(batch.shape[0])
     token_nll = nll.reshape(-1).numpy()
     mean_nll = float(token_nll.astype(np.float64).mean())
+    n_bos = n_windows if bos is not None else _leading_bos(tokenizer, [ids]) if conv.stream_special_tokens else 0
     result: dict[str, Any] = {
         "perplexity": math.exp(mean_nll),
         "mean_nll": mean_nll,
         "n_tokens": int(token_nll.size),
         "n_windows": int(n_windows),
         "window": window,
+        "convention": convention,
+        "window_bos": bool(window_bos),
+        "bos_prepended": n_bos > 0,
+        "n_bos_prepended": int(n_bos),
     }
     if return_token_nll:
-        result["token_nll"] = token_nll
-        result["token_positions"] = (
-            np.arange(n_windows, dtype=np.int64)[:, None] * window + np.arange(1, window, dtype=np.int64)[None, :]
-        ).reshape(-1)
+        result["tokens"] = _token_frame(encoding, window, n_windows, first=int(bos is None), nll=token_nll)
     return result
+
+
+def _token_frame(encoding, window: int, n_windows: int, *, first: int, nll: np.ndarray) -> pl.DataFrame:
+    """Per predicted token: window, stream position, id, character span (-1/-1 for special tokens) and NLL.
+    ``first``: the first predicted position inside a window (1 without a window BOS, 0 with one)."""
+    offsets_in_window = np.arange(first, window, dtype=np.int64)
+    position = (np.arange(n_windows, dtype=np.int64)[:, None] * window + offsets_in_window[None, :]).reshape(-1)
+    ids = np.asarray(encoding["input_ids"], dtype=np.int64)[position]
+    spans = np.asarray(encoding["offset_mapping"], dtype=np.int64).reshape(-1, 2)[position]
+    special = np.asarray(encoding["special_tokens_mask"], dtype=bool)[position]
+    spans[special] = -1
+    return pl.DataFrame(
+        {
+            "window": pl.Series(position // window, dtype=pl.Int32),
+            "position": pl.Series(position, dtype=pl.Int64),
+            "token_id": pl.Series(ids, dtype=pl.Int32),
+            "char_start": pl.Series(spans[:, 0], dtype=pl.Int32),
+            "char_end": pl.Series(spans[:, 1], dtype=pl.Int32),
+            "nll": pl.Series(nll, dtype=pl.Float32),
+        }
+    )

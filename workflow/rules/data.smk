@@ -1,6 +1,6 @@
 rule fetch_data:
     output:
-        directory("resources/data/{dataset}"),
+        directory(dataset_path("{dataset}")),
     log:
         "logs/fetch_data/{dataset}.log",
     benchmark:
@@ -14,8 +14,10 @@ rule fetch_data:
 
 
 rule convert_gguf_model:
+    input:
+        gguf_input,
     output:
-        directory("resources/models/{model}"),
+        directory(converted_model_path("{model}")),
     log:
         "logs/convert_gguf_model/{model}.log",
     benchmark:

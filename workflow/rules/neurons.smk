@@ -1,7 +1,7 @@
 rule collect_activations:
     input:
         model=model_dir,
-        wikitext="resources/data/wikitext2",
+        wikitext=wikitext_dir,
     output:
         directory("resources/activations/{model}/{revision}"),
     log:

@@ -6,9 +6,10 @@ with logged_to(snakemake.log[0], snakemake.threads):
         snakemake.params.model,
         snakemake.wildcards.benchmark,
         snakemake.input.data,
-        snakemake.output[0],
+        snakemake.output.json,
         snakemake.params.evaluation,
         condition,
         neurons_path=snakemake.input.get("neurons"),
         search_path=snakemake.input.get("search"),
+        items_out=snakemake.output.per_item,
     )
