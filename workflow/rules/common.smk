@@ -292,17 +292,6 @@ def runtime(wildcards, attempt):
 
 # ---------------------------------------------------------------- replication report (issue 13)
 # Paths, targets, inputs and params of workflow/rules/report.smk.
-def clean_items_path(model, revision, benchmark):
-    """Per-item results of the clean model (the contract with i10-scoring; its definition wins at merge)."""
-    return f"results/{model}/{revision}/clean/{benchmark}.items.parquet"
-
-
-def ablation_items_path(model, revision, condition, benchmark):
-    """Per-item results of one ablation condition (the contract with i10-scoring; its definition wins at merge)."""
-    c = condition
-    return f"results/{model}/{revision}/ablations/{c.scope}/{c.selector}/p{c[2]}/t{c.trial}/{benchmark}.items.parquet"
-
-
 def paired_path(model, revision, benchmark):
     return f"results/{model}/{revision}/paired/{benchmark}.parquet"
 
