@@ -25,7 +25,7 @@ wildcard_constraints:
     revision="[A-Za-z0-9._-]+",
     benchmark="blimp|tse|ppl",
     dataset="blimp|tse|wikitext2",
-    scope="all|[gc][0-9]+",
+    scope="all|[gcl][0-9]+",
     selector="wasserstein|random|lowest|matched",
     fraction="[0-9]+(\.[0-9]+)?",
     trial="[0-9]+",

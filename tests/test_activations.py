@@ -130,7 +130,7 @@ def test_neuron_chunks_read_across_window_blocks(tiny_model, tmp_path):
     y = index.y(1)
     for start, stop in [(0, 1), (5, 38), (90, 96)]:
         np.testing.assert_array_equal(index.y_neurons(1, start, stop), y[:, start:stop].T)
-    with pytest.raises(IndexError, match="layer 7 out of range"):
+    with pytest.raises(IndexError, match="no shards for layer 7"):
         index.y_neurons(7, 0, 1)
 
 
@@ -375,3 +375,30 @@ def test_a_failure_while_creating_the_shard_files_closes_what_was_opened(tiny_mo
         )
     assert set(os.listdir("/proc/self/fd")) == before
     assert list(tmp_path.iterdir()) == []
+
+
+def test_restricted_layers_collect_only_those_and_stop_after_the_last(tiny_model, tmp_path):
+    model = tiny_model("llama")  # 3 layers
+    full, part = tmp_path / "full", tmp_path / "part"
+    kwargs = dict(window=WINDOW, md_tokens=40, seed=2, dtype="float32")
+    collect_activation_shards(model, CharTokenizer(), TEXT, full, **kwargs)
+    fired = []
+    last = registry.preactivation_modules(model)[2]
+    handle = last.register_forward_hook(lambda *_: fired.append(1))
+    try:
+        meta = collect_activation_shards(model, CharTokenizer(), TEXT, part, layers=[1], **kwargs)
+    finally:
+        handle.remove()
+    assert fired == []  # the forward stopped after layer 1's projection
+    assert [entry["layer"] for entry in meta["layers"]] == [1]
+    assert sorted(p.name for p in part.glob("*.npy")) == ["layer001.x.npy", "layer001.y.npy"]
+    index = ShardIndex.load(part)
+    assert index.layers == [1]
+    np.testing.assert_array_equal(np.asarray(index.y(1)), np.asarray(ShardIndex.load(full).y(1)))
+    with pytest.raises(IndexError, match=r"no shards for layer 0 \(collected layers: \[1\]\)"):
+        index.y_blocks(0)
+    table = stats.neuron_statistics(part, md_pairs=15, seed=5)
+    reference = stats.neuron_statistics(full, md_pairs=15, seed=5).filter(pl.col("layer") == 1)
+    assert table.equals(reference)
+    with pytest.raises(ValueError, match="layers"):
+        collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "bad", layers=[3], **kwargs)

@@ -56,3 +56,44 @@ def test_aggregate_needs_exactly_one_clean(tmp_path):
     with pytest.raises(ValueError, match="exactly one clean"):
         aggregate_job([str(p)], str(tmp_path / "out.json"), "m", "main", "blimp")
     assert not (tmp_path / "out.json").exists()
+
+
+def ppl_result(selector, perplexity, *, percent=1.0, search=None):
+    out = result(selector, 0.0, percent=percent)
+    out["benchmark"] = "ppl"
+    out["scores"] = {"perplexity": perplexity, "n_tokens": 100}
+    if search is not None:
+        out["condition"] |= {"matched_percent": search["percent"], "matched_search": search}
+    return out
+
+
+@pytest.mark.parametrize(("matched_ppl", "converged"), [(21.3, True), (21.84, False)])
+def test_matched_gap_is_the_gap_ppl_json_shows(tmp_path, caplog, matched_ppl, converged):
+    # the demo's numbers before the fix: the search claimed 1.3% on its prefix, the final perplexities differ 3.3%
+    search = {"percent": 40.0, "relative_gap": 0.013, "tolerance": 0.02, "converged": True}
+    inputs = [
+        ppl_result("clean", 12.0),
+        ppl_result("wasserstein", 21.14),
+        ppl_result("matched", matched_ppl, search=search),
+    ]
+    paths = []
+    for i, r in enumerate(inputs):
+        io.write_json(tmp_path / f"r{i}.json", r)
+        paths.append(str(tmp_path / f"r{i}.json"))
+    with caplog.at_level("WARNING", logger="wneurons"):
+        out = aggregate_job(paths, str(tmp_path / "ppl.json"), "m", "main", "ppl")
+    matched = out["conditions"]["all/matched/p1"]
+    assert matched["matched_gap"] == pytest.approx(abs(matched_ppl / 21.14 - 1))
+    assert matched["matched_tolerance"] == 0.02
+    assert matched["matched_converged"] is converged
+    assert ("exceeds tolerance" in caplog.text) is not converged
+    from wneurons.figures import figure3, unmatched_controls
+
+    flagged = unmatched_controls(out)
+    assert list(flagged) == ([] if converged else [1.0])
+    if not converged:
+        assert "NOT MATCHED at 1%: gap 3.3% > tolerance 2.0%" == flagged[1.0]
+        grammar = tmp_path / "grammar.json"
+        io.write_json(grammar, {**out, "benchmark": "blimp", "clean": {"overall": 0.8}, "conditions": {}})
+        figure3(tmp_path / "ppl.json", grammar, grammar, tmp_path / "f3.png")  # draws the mark (see its doc)
+        assert (tmp_path / "f3.png").stat().st_size > 0

@@ -91,9 +91,20 @@ BAD = [
     ((*M, "checkpoints"), ["main"], "repeats final_revision"),
     ((*M, "colour"), "blue", "unknown key"),
     (("models",), {}, "models"),
-    (("ablation", "fractions"), [150], "fractions"),
-    (("ablation", "fractions"), [0], "fractions"),
-    (("ablation", "fractions"), [], "fractions"),
+    (("ablation", "percents"), [150], "ablation.percents"),
+    (("ablation", "percents"), [0], "ablation.percents"),
+    (("ablation", "percents"), [], "ablation.percents"),
+    (("ablation", "fractions"), [1], "unknown key under ablation"),  # renamed: percents
+    (("ablation", "matched", "search_tokens"), 4096, "unknown key under ablation.matched"),  # the ppl stream now
+    (("ablation", "count_rule"), "floor", "ablation.count_rule"),
+    (("ablation", "checkpoint_selection"), "first", "ablation.checkpoint_selection"),
+    (("ablation", "layer_groups", "size"), [0], "ablation.layer_groups.size"),
+    (("ablation", "single_layers"), {"models": ["gpt-9"]}, "ablation.single_layers.models"),
+    (("ablation", "single_layers"), {"models": ["smollm2-135m"], "layers": [30]}, "single_layers.layers: layer 30"),
+    (("neurons", "layers"), {"checkpoints": [30]}, "neurons.layers.checkpoints: layer 30"),
+    (("neurons", "layers"), {"final": [1]}, "neurons.layers.final: smollm2-135m is ablated"),
+    ((*M, "neuron_layers"), {"final": [5]}, "neurons.layers.final: smollm2-135m is ablated"),
+    ((*M, "neuron_layers"), {"final": [30]}, "models.smollm2-135m.neuron_layers.final: layer 30"),
     (("ablation", "random_trials"), 0, "random_trials"),
     (("ablation", "mode"), "sideways", "mode"),
     (("evaluation", "convention"), "mine", "convention"),
@@ -137,3 +148,19 @@ def test_duplicate_model_names_are_refused(tmp_path):
     dup.write_text(text.replace(block, block + "\n" + block, 1))
     with pytest.raises(ConfigError, match=r"duplicate key 'smollm2-135m' at .*dup.yaml:\d+"):
         load_yaml_strict(dup)
+
+
+def test_restricted_layers_refused_where_a_job_reads_other_layers(tmp_path):
+    cfg = with_local_data(demo_config(), tmp_path)
+    model = cfg["models"]["smollm2-135m"]
+    model |= {"ablate": False, "neuron_layers": {"final": [2]}}
+    with pytest.raises(ConfigError, match=r"figures.figure1.layer: layer 1 of smollm2-135m is not collected"):
+        validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)
+    model["neuron_layers"]["final"] = [1]
+    validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)  # figures 1 and 2a read layer 1 only
+    model |= {"ablate": True, "checkpoints": ["step1"], "checkpoint_ablations": True, "neuron_layers": {}}
+    cfg["neurons"]["layers"] = {"checkpoints": [1]}
+    validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)  # checkpoints ablate the final revision's cohort
+    cfg["ablation"]["checkpoint_selection"] = "own"
+    with pytest.raises(ConfigError, match=r"neurons.layers.checkpoints: smollm2-135m .* checkpoint_selection: own"):
+        validate_config(cfg, SCHEMA, ROOT)

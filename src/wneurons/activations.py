@@ -96,7 +96,13 @@ class ShardIndex:
 
     @property
     def n_layers(self) -> int:
+        """Layers stored (all of the model's, or those ``layers=`` restricted collection to)."""
         return len(self.meta["layers"])
+
+    @property
+    def layers(self) -> list[int]:
+        """0-based indices of the layers stored, ascending."""
+        return [entry["layer"] for entry in self.meta["layers"]]
 
     @property
     def n_tokens(self) -> int:
@@ -109,9 +115,10 @@ class ShardIndex:
         return np.asarray(self.meta["md_positions"], dtype=np.int64)
 
     def _check_layer(self, layer: int) -> dict[str, Any]:
-        if not 0 <= layer < self.n_layers:
-            raise IndexError(f"{self.path}: layer {layer} out of range (model has {self.n_layers} layers)")
-        return self.meta["layers"][layer]
+        for entry in self.meta["layers"]:
+            if entry["layer"] == layer:
+                return entry
+        raise IndexError(f"{self.path}: no shards for layer {layer} (collected layers: {self.layers})")
 
     def _open(self, name: str, shape: tuple[int, ...]) -> np.memmap:
         arr = np.load(self.path / name, mmap_mode="r")
@@ -262,8 +269,11 @@ class _ShardWriter:
         model_name: str,
         io: str = "auto",
         skip_first: bool = False,
+        layer_ids: list[int] | None = None,
     ):
         self.directory = directory
+        # Hooks, files and counters are indexed by position in ``modules``; files are named by model layer.
+        self.layer_ids = list(range(len(modules))) if layer_ids is None else list(layer_ids)
         self.model_name = model_name
         self.window = window
         self.skip_first = skip_first  # each fed window starts with a BOS whose outputs are not stored
@@ -281,7 +291,7 @@ class _ShardWriter:
         self.data_offsets: list[tuple[int, int]] = []
         self.fds: list[tuple[int, int]] = []
         try:
-            for layer, (k, d_in) in enumerate(self.shapes):
+            for layer, (k, d_in) in zip(self.layer_ids, self.shapes, strict=True):
                 y_path, x_path = directory / _y_file(layer), directory / _x_file(layer)
                 offsets = create_npy(y_path, self.np_dtype, (n_tokens // window, k, window))
                 self.data_offsets.append((offsets, create_npy(x_path, np.float32, (len(md_positions), d_in))))
@@ -327,13 +337,13 @@ class _ShardWriter:
         low, high = (float(v) for v in torch.aminmax(y))
         if not (math.isfinite(low) and math.isfinite(high)):
             raise FloatingPointError(
-                f"{self.model_name}: layer {layer} pre-activations contain NaN or inf "
+                f"{self.model_name}: layer {self.layer_ids[layer]} pre-activations contain NaN or inf "
                 f"(tokens {self.offset}..{self.offset + n - 1})"
             )
         if max(-low, high) > self.limit:
             raise OverflowError(
-                f"{self.model_name}: layer {layer} pre-activation |y| = {max(-low, high):.4g} exceeds the "
-                f"{self.np_dtype} range ({self.limit:.4g}); collect with dtype='float32'"
+                f"{self.model_name}: layer {self.layer_ids[layer]} pre-activation |y| = {max(-low, high):.4g} "
+                f"exceeds the {self.np_dtype} range ({self.limit:.4g}); collect with dtype='float32'"
             )
         block, transposed = _host_block(y, self.window, self.torch_dtype, on_device=y.device.type != "cpu")
         self._raise_write_error()
@@ -345,7 +355,9 @@ class _ShardWriter:
             fed = picked + (picked // self.window + 1) if self.skip_first else picked  # past each window's BOS
             x = x.detach().reshape(-1, d_in)[torch.from_numpy(fed).to(x.device)].float().cpu().numpy()
             if not np.isfinite(x).all():
-                raise FloatingPointError(f"{self.model_name}: layer {layer} projection inputs contain NaN or inf")
+                raise FloatingPointError(
+                    f"{self.model_name}: layer {self.layer_ids[layer]} projection inputs contain NaN or inf"
+                )
             positions = self.data_offsets[layer][1] + rows[picked] * (d_in * x.itemsize)
             self._queue.put(functools.partial(_write_rows, self.fds[layer][1], x, positions))
         self.write_seconds += time.perf_counter() - start
@@ -417,6 +429,7 @@ def collect_activation_shards(
     modules: list[torch.nn.Module] | None = None,
     window_bos: bool = False,
     record: dict[str, Any] | None = None,
+    layers: list[int] | None = None,
 ) -> dict[str, Any]:
     """Run ``model`` over ``text`` and write the activation shards of every layer into ``out_dir``.
 
@@ -424,9 +437,10 @@ def collect_activation_shards(
     (tail dropped), at most ``max_tokens`` tokens (whole windows), ``batch_size`` windows per forward pass.
     With ``window_bos`` each window is fed after the tokenizer's BOS, whose outputs are not stored (module
     docstring). ``record``: extra fields for ``index.json`` (e.g. the family and why ``window_bos`` was chosen).
-    ``modules`` defaults to :func:`wneurons.registry.preactivation_modules`. Pre-activations are stored in
-    ``dtype`` ("float16": overflow is an error; or "float32"); the inputs of ``md_tokens`` positions drawn with
-    ``numpy.random.default_rng(seed).choice(N, md_tokens, replace=False)`` in float32. Progress (tokens/s, ETA)
+    ``modules`` defaults to :func:`wneurons.registry.preactivation_modules`; ``layers`` (0-based, None = all)
+    restricts collection to those layers, and the forward pass stops after the last of them. Pre-activations are
+    stored in ``dtype`` ("float16": overflow is an error; or "float32"); the inputs of ``md_tokens`` positions drawn
+    with ``numpy.random.default_rng(seed).choice(N, md_tokens, replace=False)`` in float32. Progress (tokens/s, ETA)
     is logged at most every ``progress_every`` seconds. ``io`` ("auto", "direct", "buffered"): how the y shards
     are written and later read, see :mod:`wneurons.shard_io`; "auto" uses O_DIRECT where the filesystem has it.
 
@@ -444,6 +458,10 @@ def collect_activation_shards(
         raise ValueError(f"window and batch_size must be >= 1, got {window} and {batch_size}")
     out_dir = Path(out_dir)
     modules = registry.preactivation_modules(model) if modules is None else modules
+    layer_ids = list(range(len(modules))) if layers is None else sorted(set(layers))
+    if not layer_ids or not 0 <= layer_ids[0] <= layer_ids[-1] < len(modules):
+        raise ValueError(f"{model_name}: layers {layers} are not a non-empty subset of 0..{len(modules) - 1}")
+    modules = [modules[layer] for layer in layer_ids]
 
     ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
     n_windows = len(ids) // window
@@ -489,7 +507,9 @@ def collect_activation_shards(
         "collect %s: %d layers, %d tokens in %d windows of %d", model_name, len(modules), n_tokens, n_windows, window
     )
     with atomic_directory(out_dir) as tmp:
-        writer = _ShardWriter(tmp, modules, n_tokens, window, md_positions, dtype, model_name, io, bos is not None)
+        writer = _ShardWriter(
+            tmp, modules, n_tokens, window, md_positions, dtype, model_name, io, bos is not None, layer_ids
+        )
         meta["io"] = "direct" if writer.direct else "buffered"
         if not writer.direct:
             meta["io_reason"] = writer.buffered_reason
@@ -507,6 +527,7 @@ def collect_activation_shards(
                     writer.offset += batch.numel() - (batch.shape[0] if bos is not None else 0)
                     if not (writer.calls == first // batch_size + 1).all():
                         missing = np.flatnonzero(writer.calls != first // batch_size + 1).tolist()
+                        missing = [layer_ids[i] for i in missing]
                         raise RuntimeError(f"{model_name}: projection hooks of layers {missing} did not fire once")
                     now = time.perf_counter()
                     if now - last_log >= progress_every or writer.offset == n_tokens:
@@ -523,7 +544,9 @@ def collect_activation_shards(
             writer.flush()
         finally:
             writer.remove()
-        meta["layers"] = [{"layer": i, "n_neurons": k, "d_in": d} for i, (k, d) in enumerate(writer.shapes)]
+        meta["layers"] = [
+            {"layer": i, "n_neurons": k, "d_in": d} for i, (k, d) in zip(layer_ids, writer.shapes, strict=True)
+        ]
         meta["md_positions"] = md_positions.tolist()
         meta["seconds"] = round(time.perf_counter() - start, 3)
         meta["seconds_in_hooks"] = round(writer.write_seconds, 3)

@@ -150,6 +150,7 @@ def _check_semantics(config: dict, workdir: Path) -> None:
         if dspec.get("url", "") and dspec["url"].endswith(".zip") and not dspec.get("archive_sha256"):
             raise ConfigError(f"config: data.{dname}.archive_sha256: required when url is a .zip archive")
     neurons = config["neurons"]
+    _check_layers(config)
     if 2 * neurons["md_pairs"] > neurons["md_tokens"]:
         raise ConfigError(
             f"config: neurons.md_pairs: {neurons['md_pairs']} pairs need 2x as many tokens "
@@ -171,3 +172,58 @@ def _check_semantics(config: dict, workdir: Path) -> None:
             f"config: figures.figure2a_layer: {config['figures']['figure2a_layer']} but a model has only "
             f"{min_layers} layers"
         )
+
+
+def _check_layers(config: dict) -> None:
+    """Layer lists (neurons.layers, single_layers) exist in their models, and every job that reads a neuron table
+    finds the layers it needs there (an ablation over all layers needs every layer of its cohort's table)."""
+    from wneurons.grid import layer_setting
+
+    models, ablation = config["models"], config["ablation"]
+    for name, spec in models.items():
+        n = spec["num_layers"]
+        for kind in ("final", "checkpoints"):
+            key = f"models.{name}.neuron_layers.{kind}" if kind in spec.get("neuron_layers", {}) else None
+            bad = [layer for layer in layer_setting(config, name, kind) or [] if layer >= n]
+            if bad:
+                raise ConfigError(
+                    f"config: {key or 'neurons.layers.' + kind}: layer {bad[0]} but {name} has layers 0..{n - 1}"
+                )
+        if spec["ablate"] and layer_setting(config, name, "final") is not None:
+            raise ConfigError(
+                f"config: neurons.layers.final: {name} is ablated over all layers, so its final revision needs "
+                "statistics for every layer (set it to null, or ablate: false)"
+            )
+        if (
+            spec["ablate"]
+            and spec["checkpoint_ablations"]
+            and ablation["checkpoint_selection"] == "own"
+            and layer_setting(config, name, "checkpoints") is not None
+        ):
+            raise ConfigError(
+                f"config: neurons.layers.checkpoints: {name} ablates its checkpoints with checkpoint_selection: own, "
+                "which needs statistics for every layer at every checkpoint"
+            )
+    single = ablation["single_layers"]
+    for name in single["models"]:
+        if name not in models:
+            raise ConfigError(f"config: ablation.single_layers.models: {name!r} is not a configured model")
+        if not models[name]["ablate"]:
+            raise ConfigError(f"config: ablation.single_layers.models: {name!r} has ablate: false")
+        n = models[name]["num_layers"]
+        bad = [layer for layer in single["layers"] or [] if layer >= n]
+        if bad:
+            raise ConfigError(f"config: ablation.single_layers.layers: layer {bad[0]} but {name} has layers 0..{n - 1}")
+    figures = config["figures"]
+    needs = [(figures["figure1"]["model"] or next(iter(models)), figures["figure1"]["layer"], "figures.figure1.layer")]
+    if figures["figure1"]["contrast"]:
+        needs.append((figures["figure1"]["contrast"], figures["figure1"]["layer"], "figures.figure1.layer"))
+    needs += [(name, figures["figure2a_layer"], "figures.figure2a_layer") for name in models]
+    for name, layer, key in needs:
+        if name not in models:
+            continue  # reported by the figure checks
+        layers = layer_setting(config, name, "final")
+        if layers is not None and layer not in layers:
+            raise ConfigError(
+                f"config: {key}: layer {layer} of {name} is not collected (neurons.layers.final is {layers})"
+            )

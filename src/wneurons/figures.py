@@ -244,10 +244,25 @@ def _value(scores: dict, field: str) -> float:
     return float(scores[field])
 
 
+def unmatched_controls(ppl: dict) -> dict[float, str]:
+    """{percent: why} for every all-layer matched control of an aggregated ppl.json whose perplexity gap to the
+    wasserstein condition exceeds the search's tolerance (or whose search stopped without converging)."""
+    out = {}
+    for percent, cond in _conditions_by(ppl, "all", "matched").items():
+        search = cond.get("matched_search", {})
+        gap = cond.get("matched_gap", search.get("relative_gap"))
+        tolerance = cond.get("matched_tolerance", search.get("tolerance"))
+        if not cond.get("matched_converged", search.get("converged", True)):
+            out[percent] = f"NOT MATCHED at {percent:g}%: gap {gap:.1%} > tolerance {tolerance:.1%}"
+    return out
+
+
 def figure3(ppl_path, blimp_path, tse_path, out_path) -> None:
     """Figure 3 for one checkpoint: (a) perplexity vs fraction, wasserstein vs random (SEM), start and end values
     annotated; (b) matched fraction of lowest-WD neurons vs wasserstein fraction; (c) BLiMP / TSE accuracy under
-    clean, wasserstein, random (mean +- SEM) and matched at the smallest fraction >= 1% (else the largest)."""
+    clean, wasserstein, random (mean +- SEM) and matched at the smallest fraction >= 1% (else the largest).
+    A matched control that missed its perplexity tolerance (:func:`unmatched_controls`) is drawn in red with its
+    gap, its bar hatched, and the title says so."""
     from wneurons import io
 
     ppl, blimp, tse = (io.read_json(p) for p in (ppl_path, blimp_path, tse_path))
@@ -271,6 +286,10 @@ def figure3(ppl_path, blimp_path, tse_path, out_path) -> None:
 
     ax = axes[1]
     matched = _conditions_by(ppl, "all", "matched")
+    unmatched = unmatched_controls(ppl)
+    for i, (x, why) in enumerate(unmatched.items()):
+        ax.plot([x], [matched[x]["matched_percent"]], marker="X", ms=14, color="red", zorder=5)
+        ax.text(0.02, 0.97 - 0.07 * i, why, transform=ax.transAxes, color="red", va="top", fontsize=9)
     if matched:
         # (0, 0) anchors the curve: perturbing nothing is matched by perturbing nothing
         xs = [0.0, *matched]
@@ -298,12 +317,19 @@ def figure3(ppl_path, blimp_path, tse_path, out_path) -> None:
                 values.append(_value(cond["scores"], "overall") if cond else np.nan)
                 errors.append(_value(cond["sem"], "overall") if cond and "sem" in cond else 0.0)
             xs = np.arange(len(labels)) + (i - 0.5) * width
-            ax.bar(xs, values, width, yerr=errors, capsize=3, label=name)
+            bars = ax.bar(xs, values, width, yerr=errors, capsize=3, label=name)
+            if at in unmatched:
+                bars[-1].set(hatch="xx", edgecolor="red")
+        if at in unmatched:
+            labels[-1] = "matched\n(NOT matched)"
         ax.set_xticks(np.arange(len(labels)), labels)
         ax.set(ylabel="accuracy", title=f"(c) grammar at {at:g}% per layer", ylim=(0, 1))
         ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         ax.legend()
-    fig.suptitle(f"{ppl['model']} @ {ppl['revision']}: sign-specific ablation")
+    title = f"{ppl['model']} @ {ppl['revision']}: sign-specific ablation"
+    if unmatched:
+        title += " -- perplexity-matched control NOT converged at " + ", ".join(f"{p:g}%" for p in unmatched)
+    fig.suptitle(title, color="red" if unmatched else "black")
     _save(fig, out_path)
 
 

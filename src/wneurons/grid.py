@@ -1,8 +1,9 @@
-"""The experiment grid: which ablation conditions a (model, revision) gets, and which layers a scope covers.
+"""The experiment grid: which ablation conditions a (model, revision) gets, which layers a scope covers, which
+revision's neuron table picks the neurons, and which layers a revision's activations are collected for.
 
 Pure functions of the validated config, so the workflow (common.smk) and the tests enumerate the same grid.
 Scopes: ``all`` (every layer), ``gK`` (layer group K alone, 1-based), ``cK`` (groups 1..K cumulatively, K >= 2;
-c1 would equal g1).
+c1 would equal g1), ``lK`` (the single layer K, 1-based: ``l1`` is layer index 0).
 """
 
 from __future__ import annotations
@@ -18,24 +19,40 @@ class Condition(NamedTuple):
 
     scope: str
     selector: str
-    fraction: str  # percent per layer, formatted as in paths ("0.5", "1")
+    percent: str  # percent of each layer's neurons, formatted as in paths ("0.5", "1")
     trial: int
 
 
-def format_fraction(percent: float) -> str:
+def format_percent(percent: float) -> str:
     """Percent as written in paths and wildcards: 0.5 -> "0.5", 1.0 -> "1"."""
     return f"{percent:g}"
 
 
-def layer_groups(num_layers: int, size: int) -> list[list[int]]:
-    """Consecutive groups of ``size`` layers (0-based); the last group may be shorter."""
-    return [list(range(start, min(start + size, num_layers))) for start in range(0, num_layers, size)]
+def layer_groups(num_layers: int, size: int | list[int]) -> list[list[int]]:
+    """Consecutive groups of layers (0-based) covering every layer once.
+
+    ``size`` is one group size or a list of sizes taken in order, the last one repeated until every layer is in
+    a group (``4`` == ``[4]``; ``[2, 4]`` = layers 0-1, then groups of 4). The last group may be shorter.
+    """
+    sizes = [size] if isinstance(size, int) else list(size)
+    if not sizes or any(s < 1 for s in sizes):
+        raise ValueError(f"layer group sizes must be positive integers, got {size!r}")
+    groups, start = [], 0
+    while start < num_layers:
+        step = sizes[min(len(groups), len(sizes) - 1)]
+        groups.append(list(range(start, min(start + step, num_layers))))
+        start += step
+    return groups
+
+
+def _model_groups(config: dict, model: str) -> list[list[int]]:
+    return layer_groups(config["models"][model]["num_layers"], config["ablation"]["layer_groups"]["size"])
 
 
 def group_scopes(config: dict, model: str) -> list[str]:
     """Layer-group scopes of a model: g1..gK and, if cumulative, c2..cK."""
     spec = config["ablation"]["layer_groups"]
-    n_groups = len(layer_groups(config["models"][model]["num_layers"], spec["size"]))
+    n_groups = len(_model_groups(config, model))
     if spec["max_groups"] is not None:
         n_groups = min(n_groups, spec["max_groups"])
     scopes = [f"g{k}" for k in range(1, n_groups + 1)]
@@ -44,16 +61,32 @@ def group_scopes(config: dict, model: str) -> list[str]:
     return scopes
 
 
+def single_layer_scopes(config: dict, model: str) -> list[str]:
+    """Single-layer scopes (``l1`` = layer index 0) of a model listed in ``ablation.single_layers.models``."""
+    spec = config["ablation"]["single_layers"]
+    if model not in spec["models"]:
+        return []
+    layers = spec["layers"]
+    if layers is None:
+        layers = range(config["models"][model]["num_layers"])
+    return [f"l{layer + 1}" for layer in sorted(layers)]
+
+
 def layers_for_scope(config: dict, model: str, scope: str) -> list[int]:
     """0-based layers a scope ablates; a bad scope is a ValueError naming it."""
     num_layers = config["models"][model]["num_layers"]
     if scope == "all":
         return list(range(num_layers))
-    groups = layer_groups(num_layers, config["ablation"]["layer_groups"]["size"])
+    groups = _model_groups(config, model)
     kind, k = scope[:1], scope[1:]
-    if kind not in ("g", "c") or not k.isdigit() or not 1 <= int(k) <= len(groups):
-        raise ValueError(f"scope {scope!r} is not 'all', g1..g{len(groups)} or c2..c{len(groups)} for {model}")
+    limit = {"g": len(groups), "c": len(groups), "l": num_layers}.get(kind, 0)
+    if not k.isdigit() or not 1 <= int(k) <= limit:
+        raise ValueError(
+            f"scope {scope!r} is not 'all', g1..g{len(groups)}, c2..c{len(groups)} or l1..l{num_layers} for {model}"
+        )
     k = int(k)
+    if kind == "l":
+        return [k - 1]
     if kind == "g":
         return groups[k - 1]
     return [layer for group in groups[:k] for layer in group]
@@ -62,28 +95,84 @@ def layers_for_scope(config: dict, model: str, scope: str) -> list[int]:
 def conditions_for(config: dict, model: str, revision: str) -> list[Condition]:
     """Every ablation condition scored (on every benchmark) at this checkpoint (the clean model not included).
 
-    Final revision: wasserstein / random (N trials) / perplexity-matched at each fraction over all layers, plus
-    wasserstein on every layer-group scope. Checkpoints of models with ``checkpoint_ablations``: the same three
-    selectors at the checkpoint fractions. Models with ``ablate: false``: none.
+    Final revision: wasserstein / random (N trials) / perplexity-matched at each percent over all layers, plus
+    wasserstein on every layer-group scope and, for models in ``ablation.single_layers``, on every single layer.
+    Checkpoints of models with ``checkpoint_ablations``: the same three selectors at the checkpoint percents.
+    Models with ``ablate: false``: none.
     """
     spec = config["models"][model]
     ablation = config["ablation"]
     if not spec["ablate"]:
         return []
-    if revision == spec["final_revision"]:
-        fractions = ablation["fractions"]
+    final = revision == spec["final_revision"]
+    if final:
+        percents = ablation["percents"]
     elif spec["checkpoint_ablations"] and revision in spec["checkpoints"]:
-        fractions = ablation["checkpoint_fractions"]
+        percents = ablation["checkpoint_percents"]
     else:
         return []
     conditions = []
-    for percent in fractions:
-        f = format_fraction(percent)
-        conditions.append(Condition("all", "wasserstein", f, 0))
-        conditions += [Condition("all", "random", f, t) for t in range(ablation["random_trials"])]
-        conditions.append(Condition("all", "matched", f, 0))
-    if revision == spec["final_revision"]:
-        for percent in ablation["layer_groups"]["fractions"]:
-            f = format_fraction(percent)
-            conditions += [Condition(s, "wasserstein", f, 0) for s in group_scopes(config, model)]
+    for percent in percents:
+        p = format_percent(percent)
+        conditions.append(Condition("all", "wasserstein", p, 0))
+        conditions += [Condition("all", "random", p, t) for t in range(ablation["random_trials"])]
+        conditions.append(Condition("all", "matched", p, 0))
+    if final:
+        for percent in ablation["layer_groups"]["percents"]:
+            p = format_percent(percent)
+            conditions += [Condition(s, "wasserstein", p, 0) for s in group_scopes(config, model)]
+        for percent in ablation["single_layers"]["percents"]:
+            p = format_percent(percent)
+            conditions += [Condition(s, "wasserstein", p, 0) for s in single_layer_scopes(config, model)]
     return list(dict.fromkeys(conditions))
+
+
+def cohort_revision(config: dict, model: str, revision: str) -> str:
+    """The revision whose neuron table chooses the neurons ablated at ``revision``: the final revision under
+    ``ablation.checkpoint_selection: final`` (the paper's "same neurons at every checkpoint"), else ``revision``."""
+    if config["ablation"]["checkpoint_selection"] == "final":
+        return config["models"][model]["final_revision"]
+    return revision
+
+
+def collected_layers(config: dict, model: str, revision: str) -> list[int] | None:
+    """0-based layers whose activations (and statistics) are collected at ``revision``; None = every layer."""
+    kind = "final" if revision == config["models"][model]["final_revision"] else "checkpoints"
+    return layer_setting(config, model, kind)
+
+
+def layer_setting(config: dict, model: str, kind: str) -> list[int] | None:
+    """``neurons.layers.<kind>`` (kind ``final`` or ``checkpoints``), overridden per model by
+    ``models.<model>.neuron_layers.<kind>``; sorted, None = every layer."""
+    override = config["models"][model].get("neuron_layers", {})
+    layers = override[kind] if kind in override else config["neurons"]["layers"][kind]
+    return None if layers is None else sorted(layers)
+
+
+# WikiText-2 test in SmolLM2's tokenizer (measured: 304,986 tokens of 1,294,336 characters); the GPT-NeoX and
+# Llama-3 tokenizers give fewer, so this bounds the shards of every configured model from above.
+WIKITEXT2_TEST_TOKENS = 305_000
+SHARD_BYTES = {"float16": 2, "float32": 4}
+
+
+def neurons_per_layer_of(config: dict, model: str) -> int:
+    """d_ff of a model: ``models.<model>.d_ff``, else the GPT-style estimate 4 * sqrt(params / (12 * layers))."""
+    spec = config["models"][model]
+    if spec.get("d_ff"):
+        return int(spec["d_ff"])
+    return int(4 * (spec["params_b"] * 1e9 / (12 * spec["num_layers"])) ** 0.5)
+
+
+def shard_bytes(config: dict, model: str, layers: list[int] | None) -> int:
+    """Bytes of one revision's activation shards: layers x d_ff x tokens x shard dtype (the pre-activations), plus
+    layers x md_tokens x d_in x 4 (the MD inputs, d_in taken as d_ff / 4)."""
+    neurons = config["neurons"]
+    n_layers = config["models"][model]["num_layers"] if layers is None else len(layers)
+    tokens = (
+        WIKITEXT2_TEST_TOKENS if neurons["max_tokens"] is None else min(neurons["max_tokens"], WIKITEXT2_TEST_TOKENS)
+    )
+    tokens -= tokens % neurons["window"]
+    d_ff = neurons_per_layer_of(config, model)
+    y = n_layers * d_ff * tokens * SHARD_BYTES[neurons["shard_dtype"]]
+    x = n_layers * neurons["md_tokens"] * (d_ff // 4) * 4
+    return y + x

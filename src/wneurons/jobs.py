@@ -135,6 +135,7 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
         tokenizer,
         text,
         out_dir,
+        layers=params.get("layers"),
         window=params["window"],
         max_tokens=params["max_tokens"],
         md_tokens=params["md_tokens"],
@@ -145,6 +146,15 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
         window_bos=window_bos,
         record={"family": model.config.model_type, "window_bos_reason": reason},
     )
+
+
+def keep_activations_job(shard_dir: str, out_dir: str) -> None:
+    """Hard-link every file of a revision's shards into ``out_dir``, so that a job reading them after the
+    statistics (Figure 1) still finds them once the temporary shards are deleted; no bytes are copied."""
+    with io.atomic_directory(out_dir) as tmp:
+        for path in sorted(Path(shard_dir).iterdir()):
+            os.link(path, tmp / path.name)
+    log.info("kept %s as hard links in %s", shard_dir, out_dir)
 
 
 def neuron_stats_job(spec: dict, shard_dir: str, out_path: str, params: dict) -> pl.DataFrame:
@@ -178,7 +188,8 @@ def _read_neurons(path: str) -> pl.DataFrame:
 
 
 def resolve_condition(condition: dict, neurons_path: str | None, search_path: str | None) -> tuple[dict, dict]:
-    """Neurons per layer of a condition and its JSON record (counts, seed, the matched m%)."""
+    """Neurons per layer of a condition and its JSON record (per-layer counts, seed, count rule, the revision
+    whose table chose the neurons, the matched m%)."""
     from wneurons.selection import select_neurons
 
     record = dict(condition)
@@ -196,6 +207,7 @@ def resolve_condition(condition: dict, neurons_path: str | None, search_path: st
         percent,
         condition["layers"],
         seed=condition["seed"],
+        rule=condition["count_rule"],
     )
     record["neurons_per_layer"] = {str(k): int(v.numel()) for k, v in neurons.items()}
     record["neurons"] = {str(k): v.tolist() for k, v in neurons.items()}
@@ -346,40 +358,78 @@ def score_job(
 
 
 def matched_search_job(
-    spec: dict, data_dir: str, neurons_path: str, out_path: str, evaluation: dict, search: dict
+    spec: dict,
+    data_dir: str,
+    neurons_path: str,
+    target_path: str,
+    clean_path: str,
+    out_path: str,
+    evaluation: dict,
+    search: dict,
 ) -> dict:
-    """Find m% of lowest-WD neurons whose clamp matches the wasserstein condition's perplexity (bisection)."""
-    from wneurons import scoring
+    """Find m% of lowest-WD neurons whose clamp matches the wasserstein condition's perplexity.
+
+    The search scores exactly the stream the ppl jobs score (the same function and evaluation settings), and its
+    target is the wasserstein condition's ``ppl`` result itself: the perplexity it reaches at the chosen m is the
+    one the matched condition's ppl job reports, so the gap recorded here is the gap ``ppl.json`` shows.
+    """
     from wneurons.ablation import clamp_negative_preactivations
     from wneurons.selection import perplexity_matched_fraction, select_neurons
 
+    target_result = io.read_json(target_path)
+    condition = target_result["condition"]
+    if condition["selector"] != "wasserstein" or condition["percent"] != search["percent"]:
+        raise ValueError(
+            f"{target_path}: expected the wasserstein condition at {search['percent']:g}%, got "
+            f"{condition['selector']} at {condition['percent']:g}%"
+        )
+    target = target_result["scores"]["perplexity"]
+    clean = io.read_json(clean_path)["scores"]["perplexity"]
     stats = _read_neurons(neurons_path)
     model, tokenizer = load_configured_model(spec, evaluation["dtype"])
-    options = _perplexity_options(evaluation, window_bos_of(spec, model, tokenizer)[0])
+    window_bos = window_bos_of(spec, model, tokenizer)[0]
     text = _validation_text(data_dir, evaluation)
 
-    def ppl_with(selector: str, percent: float) -> float:
-        neurons = select_neurons(stats, selector, percent, search["layers"]) if percent > 0 else {}
+    def perplexity_at(percent: float) -> float:
+        neurons = select_neurons(stats, "lowest", percent, search["layers"], rule=search["count_rule"])
         with clamp_negative_preactivations(model, neurons, mode=search["mode"]):
-            ppl = scoring.perplexity(model, tokenizer, text, max_tokens=search["search_tokens"], **options)
-        log.info("search: %s %.3g%% -> perplexity %.4f", selector, percent, ppl["perplexity"])
-        return ppl["perplexity"]
+            ppl = _score_ppl(model, tokenizer, text, evaluation, window_bos)[0]["perplexity"]
+        counts = sum(int(v.numel()) for v in neurons.values())
+        log.info("search: lowest %.4g%% (%d neurons) -> perplexity %.4f (target %.4f)", percent, counts, ppl, target)
+        return ppl
 
-    target = ppl_with("wasserstein", search["percent"])
+    start = time.perf_counter()
     result = perplexity_matched_fraction(
-        lambda m: ppl_with("lowest", m),
+        perplexity_at,
         target,
+        clean=clean,
         tolerance=search["tolerance"],
         max_percent=search["max_percent"],
         max_steps=search["max_steps"],
     )
     result["wasserstein_percent"] = search["percent"]
-    result["search_tokens"] = search["search_tokens"]
+    result["clean_perplexity"] = clean
+    result["cohort_source"] = search["cohort_source"]
+    result["count_rule"] = search["count_rule"]
     result["provenance"] = io.provenance(
-        **_model_provenance(spec, model), **_data_provenance(data_dir), dtype=evaluation["dtype"], **options
+        **_model_provenance(spec, model),
+        **_data_provenance(data_dir),
+        dtype=evaluation["dtype"],
+        evaluation=evaluation,
+        neurons_sha256=io.sha256_file(neurons_path),
+        seconds=round(time.perf_counter() - start, 2),
+        **_perplexity_options(evaluation, window_bos),
     )
-    if not result["converged"]:
-        log.warning("matched search did not reach tolerance: gap %.3f", result["relative_gap"])
+    if result["converged"]:
+        log.info("matched search converged: %.4g%% at gap %.4f", result["percent"], result["relative_gap"])
+    else:
+        log.warning(
+            "matched search did NOT reach tolerance %.3f: best gap %.4f at %.4g%% (%s)",
+            result["tolerance"],
+            result["relative_gap"],
+            result["percent"],
+            result["reason"],
+        )
     io.write_json(out_path, result)
     return result
 
@@ -418,13 +468,32 @@ def mean_and_sem(trials: list[dict]) -> tuple[dict, dict]:
     return _nest(mean), _nest(sem)
 
 
+def _check_matched_gaps(conditions: dict) -> None:
+    """For each matched condition with a perplexity, the gap to its wasserstein condition as this file shows them
+    (``matched_gap``), checked against the search's tolerance (``matched_converged``); a miss is logged."""
+    for key, summary in conditions.items():
+        scope, selector, percent = key.split("/")
+        target = conditions.get(f"{scope}/wasserstein/{percent}")
+        if selector != "matched" or target is None or "perplexity" not in summary["scores"]:
+            continue
+        gap = abs(summary["scores"]["perplexity"] / target["scores"]["perplexity"] - 1)
+        tolerance = summary["matched_search"]["tolerance"]
+        summary["matched_gap"] = gap
+        summary["matched_tolerance"] = tolerance
+        summary["matched_converged"] = gap <= tolerance
+        if gap > tolerance:
+            log.warning(
+                "%s: perplexity gap to the wasserstein condition %.4f exceeds tolerance %.3f", key, gap, tolerance
+            )
+
+
 def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: str, benchmark: str) -> dict:
     """Collect clean + all conditions of one benchmark into ``results/{model}/{revision}/{benchmark}.json``.
 
     Conditions are keyed ``{scope}/{selector}/p{percent}``; random trials are summarised as mean and SEM with
     every trial kept.
     """
-    from wneurons.grid import format_fraction
+    from wneurons.grid import format_percent
 
     results = [io.read_json(p) for p in result_paths]
     clean = [r for r in results if r["condition"]["selector"] == "clean"]
@@ -435,7 +504,7 @@ def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: 
         c = r["condition"]
         if c["selector"] == "clean":
             continue
-        key = f"{c['scope']}/{c['selector']}/p{format_fraction(c['percent'])}"
+        key = f"{c['scope']}/{c['selector']}/p{format_percent(c['percent'])}"
         groups.setdefault(key, []).append(r)
     conditions = {}
     for key, members in sorted(groups.items()):
@@ -454,6 +523,7 @@ def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: 
                 "trials": [m["scores"] for m in members],
             }
         conditions[key] = summary
+    _check_matched_gaps(conditions)
     out = {
         "model": model,
         "revision": revision,

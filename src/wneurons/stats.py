@@ -463,7 +463,7 @@ def neuron_statistics(
 
     threads = max(1, torch.get_num_threads()) + (2 if index.meta.get("io") == "direct" else 0)
     with ThreadPoolExecutor(threads) as pool:
-        for layer in range(index.n_layers) if layers is None else layers:
+        for layer in index.layers if layers is None else layers:
             n_neurons, n_tokens = index.y_blocks(layer).shape[1], index.n_tokens  # checks the layer and the file
             pairs = None
             if md_pairs is not None:

@@ -41,7 +41,7 @@ BAD_CONFIGS = [
     (("evaluation", "batch_size"), 2.5, "evaluation.batch_size"),
     (("neurons", "md_pairs"), 5000, "neurons.md_pairs"),
     (("neurons", "wd_method"), "approx", "neurons.wd_method"),
-    (("ablation", "fractions"), [150], "ablation.fractions"),
+    (("ablation", "percents"), [150], "ablation.percents"),
     (("ablation", "random_trials"), 0, "ablation.random_trials"),
     (("ablation", "mode"), "sideways", "ablation.mode"),
     (("figures", "figure1", "layer"), 9, "figures.figure1.layer"),

@@ -1,13 +1,19 @@
 """The real Snakefile end to end on a tiny offline project: every rule runs, results carry provenance, and the
-grid grows incrementally (new fractions / MD settings rerun only what they change)."""
+grid grows incrementally (new percents / MD settings rerun only what they change); shards are deleted once read,
+checkpoints ablate the final revision's cohort, single-layer scopes enumerate one job per layer and benchmark."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 
+import polars as pl
 import pytest
 import yaml
 from tiny_project import dry_run_jobs, make_tiny_project, snakemake
+
+from wneurons.selection import select_neurons
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +45,15 @@ def test_all_results_written_with_provenance(tiny_run):
         rnd = result["conditions"]["all/random/p5"]
         assert rnd["n_trials"] == 2 and len(rnd["trials"]) == 2 and rnd["seeds"] == [0, 1]
         assert "matched_percent" in result["conditions"]["all/matched/p5"]
+        for cond in result["conditions"].values():  # per-layer counts, count rule and cohort in every condition
+            assert cond["cohort_source"] == "main" and cond["count_rule"] == "authors"
+            assert set(cond["neurons_per_layer"]) == {str(layer) for layer in cond["layers"]}
+    # the matched control's gap is the one ppl.json shows: the search scored the ppl job's own stream
+    ppl = json.loads((base / "ppl.json").read_text())["conditions"]
+    search = json.loads((base / "ablations/all/matched/p5/search.json").read_text())
+    gap = abs(ppl["all/matched/p5"]["scores"]["perplexity"] / ppl["all/wasserstein/p5"]["scores"]["perplexity"] - 1)
+    assert ppl["all/matched/p5"]["matched_gap"] == pytest.approx(gap) == pytest.approx(search["relative_gap"])
+    assert ppl["all/matched/p5"]["matched_converged"] == search["converged"] == (gap <= 0.05)
     assert (base / "neurons.parquet").stat().st_size > 0
     for fig in ("figure1.png", "figure2a.png", "figure3/tiny-llama/main.png", "figure4/tiny-llama/main.png"):
         assert (tiny_run / "results/figures" / fig).stat().st_size > 0
@@ -57,8 +72,8 @@ def _edit_config(root, edit):
     return original
 
 
-def test_adding_a_fraction_runs_only_the_new_conditions(tiny_run):
-    original = _edit_config(tiny_run, lambda c: c["ablation"]["fractions"].append(10))
+def test_adding_a_percent_runs_only_the_new_conditions(tiny_run):
+    original = _edit_config(tiny_run, lambda c: c["ablation"]["percents"].append(10))
     try:
         jobs = dry_run_jobs(tiny_run)
     finally:
@@ -78,3 +93,62 @@ def test_changing_md_pairs_does_not_rerun_the_model(tiny_run):
         (tiny_run / "config.yaml").write_text(original)
     assert jobs.get("neuron_stats") == 1
     assert "collect_activations" not in jobs
+
+
+def test_shards_are_deleted_after_statistics_and_nothing_reruns(tiny_run):
+    assert not (tiny_run / "resources/activations/tiny-llama/main").exists()  # temp(): gone once read
+    kept = tiny_run / "resources/kept-activations/tiny-llama/main"  # Figure 1's hard links
+    assert (kept / "index.json").is_file() and len(list(kept.glob("*.npy"))) == 2 * 4
+    assert dry_run_jobs(tiny_run) == {}
+
+
+def _with_checkpoint(selection):
+    def edit(config):
+        config["models"]["tiny-llama"] |= {"checkpoints": ["step1"], "checkpoint_ablations": True}
+        config["ablation"] |= {"checkpoint_percents": [5], "checkpoint_selection": selection}
+
+    return edit
+
+
+def test_checkpoint_ablations_use_the_final_revisions_neurons(tiny_run):
+    target = "results/tiny-llama/step1/ablations/all/wasserstein/p5/t0/blimp.json"
+    original = _edit_config(tiny_run, _with_checkpoint("final"))
+    try:
+        assert dry_run_jobs(tiny_run, target) == {"score_ablation": 1}  # no collection at step1: main's table
+        snakemake(tiny_run, "--cores", "2", target)
+        _edit_config(tiny_run, _with_checkpoint("own"))
+        other = target.replace("blimp", "tse")
+        assert dry_run_jobs(tiny_run, other) == {"collect_activations": 1, "neuron_stats": 1, "score_ablation": 1}
+    finally:
+        (tiny_run / "config.yaml").write_text(original)
+    final_table = tiny_run / "results/tiny-llama/main/neurons.parquet"
+    assert not (tiny_run / "results/tiny-llama/step1/neurons.parquet").exists()
+    result = json.loads((tiny_run / target).read_text())
+    assert result["condition"]["cohort_source"] == "main"
+    assert result["provenance"]["neurons_sha256"] == hashlib.sha256(final_table.read_bytes()).hexdigest()
+    expected = select_neurons(pl.read_parquet(final_table), "wasserstein", 5, list(range(4)))
+    assert result["condition"]["neurons"] == {str(k): v.tolist() for k, v in expected.items()}
+
+
+def _single_layer_outputs(root, layers):
+    def edit(config):
+        config["ablation"]["single_layers"] = {"models": ["tiny-llama"], "percents": [5], "layers": layers}
+
+    original = _edit_config(root, edit)
+    try:
+        out = snakemake(root, "-n", "all").stdout
+    finally:
+        (root / "config.yaml").write_text(original)
+    return re.findall(r"output: (results/tiny-llama/main/ablations/l\d+/\S+)", out)
+
+
+def test_single_layer_scopes_enumerate_one_job_per_layer_and_benchmark(tiny_run):
+    outputs = _single_layer_outputs(tiny_run, None)
+    expected = {
+        f"results/tiny-llama/main/ablations/l{k}/wasserstein/p5/t0/{b}.json"
+        for k in range(1, 5)
+        for b in ("blimp", "tse", "ppl")
+    }
+    assert sorted(outputs) == sorted(expected)
+    subset = _single_layer_outputs(tiny_run, [0, 2])
+    assert {o.split("/")[4] for o in subset} == {"l1", "l3"} and len(subset) == 6

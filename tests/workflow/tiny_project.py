@@ -122,9 +122,9 @@ def tiny_config(root: Path) -> dict:
         "neurons": {"window": 32, "max_tokens": 512, "md_tokens": 64, "md_pairs": 16},
         "ablation": {
             "random_trials": 2,
-            "fractions": [5],
-            "layer_groups": {"size": 2, "fractions": [5]},
-            "matched": {"tolerance": 0.05, "max_steps": 4, "search_tokens": 128},
+            "percents": [5],
+            "layer_groups": {"size": 2, "percents": [5]},
+            "matched": {"tolerance": 0.05, "max_steps": 4},
         },
         "figures": {"figure1": {"layer": 1}, "figure2a_layer": 1},
     }

@@ -25,9 +25,7 @@ rule score_clean:
 
 rule matched_search:
     input:
-        model=model_dir,
-        data=wikitext_dir,
-        neurons=neurons_path("{model}", "{revision}"),
+        unpack(matched_search_inputs),
     output:
         matched_search_path("{model}", "{revision}", "{scope}", "{fraction}"),
     log:

@@ -10,7 +10,15 @@ from wneurons.config import (
     model_source,
     validate_config,
 )
-from wneurons.grid import BENCHMARKS, Condition, conditions_for, layers_for_scope
+from wneurons.grid import (
+    BENCHMARKS,
+    Condition,
+    cohort_revision,
+    collected_layers,
+    conditions_for,
+    layers_for_scope,
+    shard_bytes,
+)
 
 try:
     # Duplicate keys (two models with one name) are lost by plain YAML; re-read the files strictly to catch them.
@@ -31,6 +39,12 @@ def shards_path(model, revision):
     return f"resources/activations/{model}/{revision}"
 
 
+def kept_shards_path(model, revision):
+    """Hard links to the shards of a revision that a job reads after its statistics (Figure 1): they survive the
+    deletion of the temporary shards and cost no disk of their own."""
+    return f"resources/kept-activations/{model}/{revision}"
+
+
 def neurons_path(model, revision):
     return f"results/{model}/{revision}/neurons.parquet"
 
@@ -46,7 +60,7 @@ def clean_items_path(model, revision, benchmark):
 
 def _condition_dir(model, revision, condition):
     c = condition
-    return f"results/{model}/{revision}/ablations/{c.scope}/{c.selector}/p{c.fraction}/t{c.trial}"
+    return f"results/{model}/{revision}/ablations/{c.scope}/{c.selector}/p{c.percent}/t{c.trial}"
 
 
 def ablation_path(model, revision, condition, benchmark):
@@ -62,9 +76,9 @@ def ablation_items_path(model, revision, condition, benchmark):
 WILDCARD_CONDITION = Condition("{scope}", "{selector}", "{fraction}", "{trial}")
 
 
-def matched_search_path(model, revision, scope, fraction):
+def matched_search_path(model, revision, scope, percent):
     return (
-        f"results/{model}/{revision}/ablations/{scope}/matched/p{fraction}/search.json"
+        f"results/{model}/{revision}/ablations/{scope}/matched/p{percent}/search.json"
     )
 
 
@@ -160,16 +174,42 @@ def score_data(wildcards):
     return data_dir(wildcards.benchmark)
 
 
+def cohort_neurons(wildcards):
+    """The neuron table that chooses an ablation's neurons: the final revision's under
+    ablation.checkpoint_selection: final, else the revision's own."""
+    m = wildcards.model
+    return neurons_path(m, cohort_revision(config, m, wildcards.revision))
+
+
 def ablation_inputs(wildcards):
-    """Model, data, the neuron table, and for the matched control the search that fixed its m%."""
+    """Model, data, the cohort's neuron table, and for the matched control the search that fixed its m%."""
     m, r = wildcards.model, wildcards.revision
-    inputs = {"data": data_dir(wildcards.benchmark), "neurons": neurons_path(m, r)}
+    inputs = {
+        "data": data_dir(wildcards.benchmark),
+        "neurons": cohort_neurons(wildcards),
+    }
     if model_dir(wildcards):
         inputs["model"] = model_dir(wildcards)
     if wildcards.selector == "matched":
         inputs["search"] = matched_search_path(
             m, r, wildcards.scope, wildcards.fraction
         )
+    return inputs
+
+
+def matched_search_inputs(wildcards):
+    """Model, validation text, the cohort's neuron table, and the perplexities the search matches: the
+    wasserstein condition's ppl.json (its target) and the clean one (the m = 0 end)."""
+    m, r = wildcards.model, wildcards.revision
+    target = Condition(wildcards.scope, "wasserstein", wildcards.fraction, 0)
+    inputs = {
+        "data": data_dir("ppl"),
+        "neurons": cohort_neurons(wildcards),
+        "target": ablation_path(m, r, target, "ppl"),
+        "clean": clean_path(m, r, "ppl"),
+    }
+    if model_dir(wildcards):
+        inputs["model"] = model_dir(wildcards)
     return inputs
 
 
@@ -195,7 +235,7 @@ def figure1_inputs(wildcards):
         models.append(config["figures"]["figure1"]["contrast"])
     inputs = {}
     for i, m in enumerate(models):
-        inputs[f"shards{i}"] = shards_path(m, final_revision(m))
+        inputs[f"shards{i}"] = kept_shards_path(m, final_revision(m))
         inputs[f"neurons{i}"] = neurons_path(m, final_revision(m))
     return inputs
 
@@ -241,8 +281,18 @@ def dataset_spec(wildcards):
     return config["data"][wildcards.dataset]
 
 
+def _cohort(wildcards):
+    """Which revision's table chooses the neurons (recorded in every condition) and how many per layer."""
+    ablation = config["ablation"]
+    return {
+        "cohort_source": cohort_revision(config, wildcards.model, wildcards.revision),
+        "cohort_selection": ablation["checkpoint_selection"],
+        "count_rule": ablation["count_rule"],
+    }
+
+
 def condition_spec(wildcards):
-    """The neuron selection of one ablation job: selector, percent, layers, seed of its trial."""
+    """The neuron selection of one ablation job: selector, percent, layers, seed of its trial, cohort."""
     return {
         "selector": wildcards.selector,
         "percent": float(wildcards.fraction),
@@ -251,21 +301,38 @@ def condition_spec(wildcards):
         "trial": int(wildcards.trial),
         "seed": config["ablation"]["seed"] + int(wildcards.trial),
         "mode": config["ablation"]["mode"],
-    }
+    } | _cohort(wildcards)
 
 
 def search_spec(wildcards):
-    return config["ablation"]["matched"] | {
-        "percent": float(wildcards.fraction),
-        "layers": layers_for_scope(config, wildcards.model, wildcards.scope),
-        "mode": config["ablation"]["mode"],
-    }
+    return (
+        config["ablation"]["matched"]
+        | {
+            "percent": float(wildcards.fraction),
+            "layers": layers_for_scope(config, wildcards.model, wildcards.scope),
+            "mode": config["ablation"]["mode"],
+        }
+        | _cohort(wildcards)
+    )
 
 
 def collect_params(wildcards):
-    """Only what changes the shards: a new MD pair count or WD method must not rerun the model."""
+    """Only what changes the shards: a new MD pair count or WD method must not rerun the model. ``layers`` only
+    when collection is restricted, so that configs without it keep their recorded params.
+    """
     keys = ("window", "max_tokens", "dtype", "shard_dtype", "md_tokens", "seed")
-    return {k: config["neurons"][k] for k in keys}
+    params = {k: config["neurons"][k] for k in keys}
+    layers = collected_layers(config, wildcards.model, wildcards.revision)
+    if layers is not None:
+        params["layers"] = layers
+    return params
+
+
+def shards_output():
+    """The collection rule's output: temporary (deleted once the statistics and every other reader are done)
+    unless neurons.keep_shards."""
+    path = directory(shards_path("{model}", "{revision}"))
+    return path if config["neurons"]["keep_shards"] else temp(path)
 
 
 def stats_params(wildcards):
@@ -288,6 +355,12 @@ def runtime(wildcards, attempt):
     """Minutes; generous for the largest models, doubled per retry."""
     params_b = MODELS[wildcards.model]["params_b"]
     return int((20 + 15 * params_b) * attempt)
+
+
+def collect_disk_mb(wildcards):
+    """Scratch disk of one collection job: its shards (see wneurons.grid.shard_bytes) plus 1 GB headroom."""
+    m, r = wildcards.model, wildcards.revision
+    return 1024 + shard_bytes(config, m, collected_layers(config, m, r)) // 2**20
 
 
 # ---------------------------------------------------------------- replication report (issue 13)
@@ -389,7 +462,7 @@ def replication_run(wildcards):
         },
         "config": {
             "random_trials": config["ablation"]["random_trials"],
-            "percents": config["ablation"]["fractions"],
+            "percents": config["ablation"]["percents"],
             "resamples": config["report"]["resamples"],
             "seed": config["report"]["seed"],
             "convention": config["evaluation"]["convention"],

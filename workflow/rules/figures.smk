@@ -3,7 +3,7 @@ rule figure1:
         unpack(figure1_inputs),
     output:
         report(
-            "results/figures/figure1.png",
+            figure1_path(),
             caption="../report/figure1.rst",
             category="Neurons",
         ),
@@ -24,7 +24,7 @@ rule figure2a:
         figure2a_inputs,
     output:
         report(
-            "results/figures/figure2a.png",
+            figure2a_path(),
             caption="../report/figure2a.rst",
             category="Neurons",
         ),
@@ -43,12 +43,12 @@ rule figure2a:
 
 rule figure3:
     input:
-        ppl="results/{model}/{revision}/ppl.json",
-        blimp="results/{model}/{revision}/blimp.json",
-        tse="results/{model}/{revision}/tse.json",
+        ppl=aggregate_path("{model}", "{revision}", "ppl"),
+        blimp=aggregate_path("{model}", "{revision}", "blimp"),
+        tse=aggregate_path("{model}", "{revision}", "tse"),
     output:
         report(
-            "results/figures/figure3/{model}/{revision}.png",
+            figure3_path("{model}", "{revision}"),
             caption="../report/figure3.rst",
             category="Ablations",
         ),
@@ -64,11 +64,11 @@ rule figure3:
 
 rule figure4:
     input:
-        blimp="results/{model}/{revision}/blimp.json",
-        tse="results/{model}/{revision}/tse.json",
+        blimp=aggregate_path("{model}", "{revision}", "blimp"),
+        tse=aggregate_path("{model}", "{revision}", "tse"),
     output:
         report(
-            "results/figures/figure4/{model}/{revision}.png",
+            figure4_path("{model}", "{revision}"),
             caption="../report/figure4.rst",
             category="Ablations",
         ),

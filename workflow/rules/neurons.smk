@@ -3,7 +3,7 @@ rule collect_activations:
         model=model_dir,
         wikitext=wikitext_dir,
     output:
-        directory("resources/activations/{model}/{revision}"),
+        shards_output(),
     log:
         "logs/collect_activations/{model}/{revision}.log",
     benchmark:
@@ -15,6 +15,7 @@ rule collect_activations:
         gpu=1,
         mem_mb=mem_mb,
         runtime=runtime,
+        disk_mb=collect_disk_mb,
     params:
         model=model_spec,
         collect=collect_params,
@@ -24,9 +25,9 @@ rule collect_activations:
 
 rule neuron_stats:
     input:
-        shards="resources/activations/{model}/{revision}",
+        shards=shards_path("{model}", "{revision}"),
     output:
-        "results/{model}/{revision}/neurons.parquet",
+        neurons_path("{model}", "{revision}"),
     log:
         "logs/neuron_stats/{model}/{revision}.log",
     benchmark:
@@ -42,3 +43,18 @@ rule neuron_stats:
         stats=stats_params,
     script:
         "../scripts/neuron_stats.py"
+
+
+rule keep_activations:
+    input:
+        shards=shards_path("{model}", "{revision}"),
+    output:
+        directory(kept_shards_path("{model}", "{revision}")),
+    log:
+        "logs/keep_activations/{model}/{revision}.log",
+    benchmark:
+        "benchmarks/keep_activations/{model}/{revision}.tsv"
+    conda:
+        "../../environment.yml"
+    script:
+        "../scripts/keep_activations.py"

@@ -5,6 +5,8 @@ with logged_to(snakemake.log[0], snakemake.threads):
         snakemake.params.model,
         snakemake.input.data,
         snakemake.input.neurons,
+        snakemake.input.target,
+        snakemake.input.clean,
         snakemake.output[0],
         snakemake.params.evaluation,
         snakemake.params.search,
