@@ -17,6 +17,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/neurons.smk"
 include: "workflow/rules/ablate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/analyses.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -35,3 +36,4 @@ rule all:
     default_target: True
     input:
         all_targets,
+        analysis_targets,

@@ -25,6 +25,7 @@ renamed at the end, so a killed job leaves nothing that looks finished.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -33,6 +34,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -554,3 +556,75 @@ def collect_activation_shards(
         meta["provenance"] = provenance(model=model_name)
         write_json(tmp / INDEX_FILE, meta)
     return meta
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Projection rows at chosen token positions (the pair sample of wneurons.pairs): inputs x and outputs y of every
+# layer at a few thousand positions, not the whole stream.
+# ---------------------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def projection_hooks(modules: list[torch.nn.Module], make_hook) -> Iterator[None]:
+    """Attach ``make_hook(layer)`` as a forward hook to each projection module; always detach them on exit."""
+    handles = [m.register_forward_hook(make_hook(layer)) for layer, m in enumerate(modules)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def collect_projection_rows(
+    model: torch.nn.Module,
+    windows: torch.Tensor,
+    positions: np.ndarray,
+    *,
+    batch_size: int = 1,
+    model_name: str = "?",
+    modules: list[torch.nn.Module] | None = None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per layer ``(x, y)``: the projection inputs [len(positions), d_in] and raw outputs [len(positions), K]
+    (float32, rows in the order of ``positions``) at ``positions`` of the token stream ``windows`` [n_windows,
+    window] (position p = window p // window, offset p % window). One forward pass of the trunk over the windows
+    that hold a position, stopped after the last projection; only the chosen rows are kept."""
+    modules = registry.preactivation_modules(model) if modules is None else modules
+    n_windows, window = windows.shape
+    positions = np.asarray(positions, dtype=np.int64)
+    if positions.size and not 0 <= positions.min() <= positions.max() < n_windows * window:
+        raise ValueError(f"{model_name}: positions must lie in [0, {n_windows * window})")
+    shapes = [tuple(registry.projection_weight(m).shape) for m in modules]
+    xs = [np.zeros((positions.size, d_in), np.float32) for _, d_in in shapes]
+    ys = [np.zeros((positions.size, k), np.float32) for k, _ in shapes]
+    state = {"rows": np.zeros(0, np.int64), "flat": torch.zeros(0, dtype=torch.long)}
+
+    def make_hook(layer: int):
+        def hook(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
+            k, d_in = shapes[layer]
+            flat = state["flat"].to(output.device)
+            y = output.detach().reshape(-1, k)[flat].float().cpu().numpy()
+            x = args[0].detach().reshape(-1, d_in)[flat].float().cpu().numpy()
+            if not (np.isfinite(y).all() and np.isfinite(x).all()):
+                raise FloatingPointError(f"{model_name}: layer {layer} projection rows contain NaN or inf")
+            ys[layer][state["rows"]], xs[layer][state["rows"]] = y, x
+            if layer == len(modules) - 1:
+                raise _StopForward
+
+        return hook
+
+    needed = np.unique(positions // window)
+    trunk = getattr(model, "base_model", model)
+    device = next(model.parameters()).device
+    with projection_hooks(modules, make_hook), torch.inference_mode():
+        for lo in range(0, needed.size, batch_size):
+            batch_windows = needed[lo : lo + batch_size]
+            # rows of the output that hold a position: (index of the window in the batch) * window + offset
+            slot = np.searchsorted(batch_windows, positions // window)
+            inside = (slot < batch_windows.size) & (
+                batch_windows[np.minimum(slot, batch_windows.size - 1)] == positions // window
+            )
+            state["rows"] = np.flatnonzero(inside)
+            state["flat"] = torch.from_numpy(slot[inside] * window + positions[inside] % window)
+            try:
+                trunk(input_ids=windows[torch.from_numpy(batch_windows)].to(device), use_cache=False)
+            except _StopForward:
+                pass
+    return list(zip(xs, ys, strict=True))

@@ -385,24 +385,12 @@ def _contexts(tokenizer, ids: np.ndarray, positions: np.ndarray, y: np.ndarray, 
     ]
 
 
-def _sample_tokens(sample_dir: Path, tags_path: str | None) -> tuple[pl.DataFrame, str]:
-    """The pair sample's token table with upos / dep (validation tags when the sample is from validation)."""
-    meta = io.read_json(sample_dir / "index.json")
-    tokens = pl.read_parquet(sample_dir / "tokens.parquet")
-    if meta["split"] == "validation" and tags_path:
-        tags = pl.read_parquet(tags_path, columns=["position", "upos", "dep"])
-        tokens = tokens.join(tags, on="position", how="left").with_columns(
-            pl.col("upos").fill_null("n/a"), pl.col("dep").fill_null("n/a")
-        )
-        tagged = "POS / dep from spaCy on the validation text"
-    else:
-        tokens = tokens.with_columns(upos=pl.lit("n/a"), dep=pl.lit("n/a"))
-        tagged = f"no POS tags for the {meta['split']} split"
-    note = (
+def _pair_note(meta: dict, tags_path: str | None) -> str:
+    tagged = "POS / dep from spaCy" if meta["split"] == "validation" and tags_path else "no POS tags"
+    return (
         f"top pairs by ratio r among {meta['n_pairs']} pairs of WikiText-2 {meta['split']} tokens "
         f"(pair sample seed {meta['seed']}); {tagged}"
     )
-    return tokens, note
 
 
 def explorer_job(
@@ -444,7 +432,10 @@ def explorer_job(
     ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"][: shard.n_tokens], dtype=np.int64)
     tokens, pairs_note, sample_layers = None, "no pair sample of this model in the run (analyses pairs)", {}
     if sample_dir:
-        tokens, pairs_note = _sample_tokens(Path(sample_dir), tags_path)
+        from wneurons.analysis_jobs import load_sample_layer, sample_tokens
+
+        tokens, meta = sample_tokens(sample_dir, tags_path)
+        pairs_note = _pair_note(meta, tags_path)
     others = {
         rev: pl.read_parquet(p, columns=["layer", "neuron", "wd"]) for rev, p in (checkpoint_tables or {}).items()
     }
@@ -474,9 +465,8 @@ def explorer_job(
         if tokens is not None:
             from wneurons.case_study import top_pair_table
 
-            if layer not in sample_layers:
-                sample_layers = {layer: (np.load(Path(sample_dir) / f"layer{layer:03d}.x.npy"),
-                                         np.load(Path(sample_dir) / f"layer{layer:03d}.y.npy"))}  # fmt: skip
+            if layer not in sample_layers:  # listed neurons come layer by layer: keep one layer's sample
+                sample_layers = {layer: load_sample_layer(sample_dir, layer)}
             x, ys = sample_layers[layer]
             rec["pairs"] = top_pair_table(x, ys[:, neuron], tokens, k=params["top_pairs"]).to_dicts()
         records.append(rec)

@@ -363,6 +363,247 @@ def collect_disk_mb(wildcards):
     return 1024 + shard_bytes(config, m, collected_layers(config, m, r)) // 2**20
 
 
+# ---------------------------------------------------------------- mechanism analyses (paper §3 token level, §5-7)
+# Paths, targets, inputs and params of workflow/rules/analyses.smk.
+def pair_sample_path(model, revision):
+    return f"results/{model}/{revision}/pairs/sample"
+
+
+def pair_signs_path(model, revision):
+    return f"results/{model}/{revision}/pairs/signs.parquet"
+
+
+def pair_composition_path(model, revision):
+    return f"results/{model}/{revision}/pairs/composition.parquet"
+
+
+def pos_tags_path(model):
+    """Tags depend on the tokenizer only: one file per model, for every revision."""
+    return f"results/{model}/pos/valid.parquet"
+
+
+def pos_surprisal_path(model, revision):
+    return f"results/{model}/{revision}/pos_surprisal.parquet"
+
+
+def case_study_path(model, revision, name):
+    """``name``: figure5_pairs.csv, figure5_all_pairs.parquet or figure5_robustness.json."""
+    return f"results/{model}/{revision}/case_study/{name}"
+
+
+def layerwise_path(model, revision, name):
+    """``name``: layerwise_nn_vs_error.parquet or layerwise_correlations.json."""
+    return f"results/{model}/{revision}/{name}"
+
+
+def analysis_figure_path(name):
+    """``name``: figure3d, figure5, figure6a or figure7."""
+    return f"results/figures/{name}.png"
+
+
+def analysis_models():
+    """Models (final revision) that get a pair sample: those of Figures 5, 6a and 7."""
+    figures = config["figures"]
+    names = [figures[f]["model"] for f in ("figure5", "figure6", "figure7")]
+    return list(dict.fromkeys(m for m in names if m))
+
+
+def single_layer_scopes(model):
+    """Scopes lK (1-based) of the single-layer ablations of Figure 7."""
+    layers = config["ablation"]["single_layers"]["layers"]
+    return [f"l{k}" for k in (layers or range(1, MODELS[model]["num_layers"] + 1))]
+
+
+def analysis_condition(scope, selector, percent):
+    return Condition(scope, selector, f"{float(percent):g}", 0)
+
+
+def analysis_targets(wildcards=None):
+    """Tables and figures of the analyses that the config asks for (a figure's model set to null: none)."""
+    figures, targets = config["figures"], []
+    for model in analysis_models():
+        rev = final_revision(model)
+        targets += [pair_signs_path(model, rev), pair_composition_path(model, rev)]
+    if figures["figure5"]["model"]:
+        targets.append(analysis_figure_path("figure5"))
+    if figures["figure6"]["model"]:
+        targets.append(analysis_figure_path("figure6a"))
+    if figures["figure7"]["model"]:
+        targets.append(analysis_figure_path("figure7"))
+    if config["pos"]["model"]:
+        targets.append(analysis_figure_path("figure3d"))
+    return targets
+
+
+def pair_sample_inputs(wildcards):
+    inputs = {"wikitext": data_dir("ppl")}
+    if config["pairs"]["source"] == "test_shards":
+        inputs["shards"] = shards_path(wildcards.model, wildcards.revision)
+    elif model_dir(wildcards):
+        inputs["model"] = model_dir(wildcards)
+    return inputs
+
+
+def pair_sample_params(wildcards):
+    """Sample size, seed, source; the validation stream cut like the perplexity stream."""
+    pairs = config["pairs"]
+    return {
+        "source": pairs["source"],
+        "tokens": pairs["tokens"],
+        "seed": pairs["seed"],
+        "window": config["evaluation"]["perplexity_window"],
+        "max_tokens": pairs["max_tokens"],
+        "dtype": config["neurons"]["dtype"],
+    }
+
+
+def pair_signs_params(wildcards):
+    """top-k list and the (percent, top_k) selections of the figures drawn from this model."""
+    figures = config["figures"]
+    selections = [
+        {"percent": figures[f]["md_percent"], "top_k": figures[f]["top_k"]}
+        for f in ("figure6", "figure7")
+        if figures[f]["model"] == wildcards.model
+    ]
+    top_k = sorted({*config["pairs"]["top_k"], *(s["top_k"] for s in selections)})
+    return {"top_k": top_k, "selections": selections}
+
+
+def pos_tags_inputs(wildcards):
+    m = wildcards.model
+    return {
+        "tokens": clean_items_path(m, final_revision(m), "ppl"),
+        "wikitext": data_dir("ppl"),
+    }
+
+
+def pos_tags_params(wildcards):
+    """Only what changes the tags (a new figure threshold must not re-tag)."""
+    return {"spacy_model": config["pos"]["spacy_model"]}
+
+
+def pos_surprisal_params(wildcards):
+    return {k: config["pos"][k] for k in ("percent", "n_boot", "seed")}
+
+
+def pos_surprisal_inputs(wildcards):
+    m, r, p = wildcards.model, wildcards.revision, config["pos"]["percent"]
+    w = analysis_condition("all", "wasserstein", p)
+    matched = analysis_condition("all", "matched", p)
+    return {
+        "tags": pos_tags_path(m),
+        "w": ablation_items_path(m, r, w, "ppl"),
+        "m": ablation_items_path(m, r, matched, "ppl"),
+        "clean": clean_items_path(m, r, "ppl"),
+        "search": matched_search_path(m, r, "all", matched[2]),
+    }
+
+
+def case_study_inputs(wildcards):
+    m, r = wildcards.model, wildcards.revision
+    inputs = {
+        "sample": pair_sample_path(m, r),
+        "neurons": neurons_path(m, r),
+        "shards": shards_path(m, r),
+    }
+    if config["pos"]["model"] == m:
+        inputs["tags"] = pos_tags_path(m)
+    return inputs
+
+
+def case_study_params(wildcards):
+    fig = config["figures"]["figure5"]
+    return {
+        "layer": fig["layer"],
+        "neuron": fig["neuron"],
+        "top_k": fig["top_k"],
+        "seeds": list(range(fig["seed"], fig["seed"] + fig["seeds"])),
+        "bins": fig["bins"],
+    }
+
+
+def layerwise_inputs(wildcards):
+    m, r = wildcards.model, wildcards.revision
+    pct = config["figures"]["figure7"]["ablation_percent"]
+    conditions = [
+        analysis_condition(s, "wasserstein", pct) for s in single_layer_scopes(m)
+    ]
+    return {
+        "composition": pair_composition_path(m, r),
+        "clean_blimp": clean_items_path(m, r, "blimp"),
+        "clean_tse": clean_items_path(m, r, "tse"),
+        "blimp_items": [ablation_items_path(m, r, c, "blimp") for c in conditions],
+        "tse_items": [ablation_items_path(m, r, c, "tse") for c in conditions],
+    }
+
+
+def layerwise_params(wildcards):
+    fig = config["figures"]["figure7"]
+    return {
+        "layers": [int(s[1:]) - 1 for s in single_layer_scopes(wildcards.model)],
+        "md_percent": fig["md_percent"],
+        "top_k": fig["top_k"],
+        "ablation_percent": fig["ablation_percent"],
+        "seed": config["pairs"]["seed"],
+    }
+
+
+def figure3d_inputs(wildcards):
+    m = config["pos"]["model"]
+    return pos_surprisal_path(m, final_revision(m))
+
+
+def figure3d_params(wildcards):
+    return {"min_tokens": config["pos"]["min_tokens"], "label": config["pos"]["model"]}
+
+
+def figure5_inputs(wildcards):
+    m = config["figures"]["figure5"]["model"]
+    names = ("pairs", "all_pairs", "robustness")
+    files = (
+        "figure5_pairs.csv",
+        "figure5_all_pairs.parquet",
+        "figure5_robustness.json",
+    )
+    return {
+        k: case_study_path(m, final_revision(m), f)
+        for k, f in zip(names, files, strict=True)
+    }
+
+
+def figure6a_inputs(wildcards):
+    m = config["figures"]["figure6"]["model"]
+    return pair_composition_path(m, final_revision(m))
+
+
+def figure6a_params(wildcards):
+    fig = config["figures"]["figure6"]
+    return {
+        "md_percent": fig["md_percent"],
+        "top_k": fig["top_k"],
+        "label": fig["model"],
+    }
+
+
+def figure7_inputs(wildcards):
+    m = config["figures"]["figure7"]["model"]
+    r = final_revision(m)
+    return {
+        "composition": pair_composition_path(m, r),
+        "layerwise": layerwise_path(m, r, "layerwise_nn_vs_error.parquet"),
+        "correlations": layerwise_path(m, r, "layerwise_correlations.json"),
+    }
+
+
+def figure7_params(wildcards):
+    fig = config["figures"]["figure7"]
+    return {
+        "md_percent": fig["md_percent"],
+        "top_k": fig["top_k"],
+        "label": fig["model"],
+    }
+
+
 # ---------------------------------------------------------------- replication report (issue 13)
 # Paths, targets, inputs and params of workflow/rules/report.smk.
 def paired_path(model, revision, benchmark):
@@ -423,13 +664,14 @@ def _model_files(model):
     }
     if conditions_for(config, model, r):
         files |= {f"paired_{b}": paired_path(model, r, b) for b in BENCHMARKS}
-    # Analyses (i11) and training dynamics (i12), spelled as in shared/spec/analyses.md §A-E "Outputs".
+    # Analyses (issue 11) through their path helpers; training dynamics (issue 12) as spelled in
+    # shared/spec/analyses.md §D "Outputs" until its path helpers are merged.
     files |= {
-        "pos_surprisal": f"results/{model}/{r}/pos_surprisal.parquet",
-        "composition": f"results/{model}/{r}/pairs/composition.parquet",
-        "figure5_pairs": f"results/{model}/{r}/case_study/figure5_pairs.csv",
-        "figure5_robustness": f"results/{model}/{r}/case_study/figure5_robustness.json",
-        "layerwise": f"results/{model}/{r}/layerwise_nn_vs_error.parquet",
+        "pos_surprisal": pos_surprisal_path(model, r),
+        "composition": pair_composition_path(model, r),
+        "figure5_pairs": case_study_path(model, r, "figure5_pairs.csv"),
+        "figure5_robustness": case_study_path(model, r, "figure5_robustness.json"),
+        "layerwise": layerwise_path(model, r, "layerwise_nn_vs_error.parquet"),
         "emergence": f"results/{model}/training/emergence.parquet",
         "cosine_drift": f"results/{model}/training/cosine_drift.parquet",
         "pair_signs_layer1": f"results/{model}/training/pair_signs_layer1.parquet",
@@ -438,13 +680,29 @@ def _model_files(model):
     return files
 
 
+def _analysis_files(model):
+    """The analyses' files of one model that this config produces (keys of _model_files)."""
+    figures, keys = config["figures"], []
+    if model in analysis_models():
+        keys.append("composition")
+    if figures["figure5"]["model"] == model:
+        keys += ["figure5_pairs", "figure5_robustness"]
+    if figures["figure7"]["model"] == model:
+        keys.append("layerwise")
+    if config["pos"]["model"] == model:
+        keys.append("pos_surprisal")
+    return keys
+
+
 def replication_inputs(wildcards):
-    """The files of the run that the table is built from (analyses outputs are read when present)."""
+    """The files the claims table is built from: results, paired tables and the analyses the config runs
+    (training-dynamics files are read when present)."""
     inputs = []
     for model in MODELS:
         files = _model_files(model)
         inputs += [files["neurons"], *(files[b] for b in BENCHMARKS)]
         inputs += [files[f"paired_{b}"] for b in BENCHMARKS if f"paired_{b}" in files]
+        inputs += [files[k] for k in _analysis_files(model)]
     return inputs
 
 
@@ -477,6 +735,7 @@ def replication_run(wildcards):
 
 
 def explorer_inputs(wildcards):
+    """Shards, tables and text of the model; its pair sample and POS tags when the analyses make them."""
     m, r = wildcards.model, wildcards.revision
     inputs = {
         "shards": shards_path(m, r),
@@ -486,6 +745,10 @@ def explorer_inputs(wildcards):
     }
     if model_dir(wildcards):
         inputs["model"] = model_dir(wildcards)
+    if m in analysis_models() and r == final_revision(m):
+        inputs["sample"] = pair_sample_path(m, r)
+        if config["pos"]["model"] == m:
+            inputs["tags"] = pos_tags_path(m)
     return inputs
 
 

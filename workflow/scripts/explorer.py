@@ -11,4 +11,6 @@ with logged_to(snakemake.log[0]):
         snakemake.params.spec["explorer"],
         checkpoint_tables=dict(zip(snakemake.params.spec["checkpoints"], snakemake.input.checkpoints, strict=True)),
         bundle=snakemake.output.bundle,
+        sample_dir=snakemake.input.get("sample"),
+        tags_path=snakemake.input.get("tags"),
     )

@@ -1,0 +1,10 @@
+from wneurons.analysis_jobs import layerwise_job
+from wneurons.jobs import logged_to
+
+with logged_to(snakemake.log[0], snakemake.threads):
+    layerwise_job(
+        dict(snakemake.input.items()),
+        snakemake.output.table,
+        snakemake.output.correlations,
+        snakemake.params.layerwise,
+    )
