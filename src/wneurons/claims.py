@@ -142,11 +142,12 @@ def _percent_key(p: float) -> str:
 
 
 def _top_layer1(run: Run, model: str, percent: float = 1.0, layer: int = 1) -> tuple[pl.DataFrame, str]:
-    from wneurons.selection import select_neurons
+    """The top ``percent``% WD neurons of ``layer`` by the authors' rule (wneurons.selection.top_percent_indices)."""
+    from wneurons.selection import top_percent_indices
 
     table, src = run.parquet(model, "neurons", ("layer", "neuron", "wd", "wd_negative", "wd_positive", "frac_negative"))
-    chosen = select_neurons(table, "wasserstein", percent, [layer])[layer].numpy()
-    return table.filter((pl.col("layer") == layer) & pl.col("neuron").is_in(chosen.tolist())), src
+    rows = table.filter(pl.col("layer") == layer).sort("neuron")
+    return rows[top_percent_indices(rows["wd"].to_numpy().astype(np.float64), percent)], src
 
 
 # ---------------------------------------------------------------- the checks
