@@ -470,9 +470,12 @@ def explorer_job(
             x, ys = sample_layers[layer]
             rec["pairs"] = top_pair_table(x, ys[:, neuron], tokens, k=params["top_pairs"]).to_dicts()
         records.append(rec)
+    from wneurons import __version__
+
     note = (
         f"Top {params['neurons_per_layer']} neurons by WD in each of {listed['layer'].n_unique()} layers; "
-        f"statistics over {shard.n_tokens} WikiText-2 test tokens. Click a column to sort."
+        f"statistics over {shard.n_tokens} WikiText-2 test tokens (text sha256 {shard.meta['text_sha256'][:12]}…, "
+        f"neuron table sha256 {io.sha256_file(neurons_path)[:12]}…, wneurons {__version__}). Click a column to sort."
     )
     write_explorer(out_dir, spec["name"], spec["revision"], records, note, bundle=bundle)
     summary = {"neurons": len(records), "seconds": round(time.perf_counter() - start, 2)}

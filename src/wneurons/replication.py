@@ -162,7 +162,9 @@ def paired_job(
     else:
         rows = _accuracy_rows(benchmark, clean, tables, resamples, seed)
     frame = pl.DataFrame(rows)
+    scored = io.read_parquet_metadata(clean_path)  # the clean scoring job's provenance
     meta = {
+        **{k: scored.get(k) for k in ("model", "revision", "convention", "data_sha256", "wneurons_version")},
         "benchmark": benchmark,
         "resamples": resamples,
         "seed": seed,
