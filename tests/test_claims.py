@@ -222,6 +222,32 @@ def test_training_claims_read_emergence_files(tmp_path):
     assert rows_for(rows, "C4")[0]["verdict"] == NOT_RUN
 
 
+def test_training_claims_read_i12_tables(tmp_path):
+    # The columns of issue 12's cosine_drift.parquet, pair_signs.parquet and ablation_vs_wd.parquet.
+    drift = pl.DataFrame({"end_step": [10000, 20000, 30000], "cohort_ncd_mean": [1.8, 0.7, 0.6]})
+    steps = [0, 1000, 16000, 143000]
+    signs = pl.DataFrame(
+        {"layer": 1, "step": steps, "share_nn": [0.1, 0.15, 0.35, 0.4], "share_pn": [0.6, 0.5, 0.4, 0.4]}
+    )
+    wd = np.array([0.1, 0.3, 0.6, 0.9, 1.0])
+    rows = []
+    for bench in ("blimp", "tse"):
+        rows += [{"selector": "wasserstein", "benchmark": bench, "cohort_wd_mean": x, "error_increase": 0.2 * x}
+                 for x in wd]  # fmt: skip
+        rows += [{"selector": "random", "benchmark": bench, "cohort_wd_mean": x, "error_increase": e}
+                 for x, e in zip(wd, [0.01, -0.01, 0.0, 0.01, -0.005], strict=True)]  # fmt: skip
+    files = {"cosine_drift": drift, "pair_signs_training": signs, "ablation_vs_wd": pl.DataFrame(rows)}
+    run = make_run(tmp_path, {"pythia-1.4b": {"family": "gpt_neox", "params_b": 1.4, "files": files}})
+    verdicts = {r["id"]: r["verdict"] for r in claim_rows(run) if r["model"] in ("pythia-1.4b", "pythia-70m…12b")}
+    assert verdicts["C4"] == HOLDS and verdicts["C21"] == HOLDS and verdicts["C22"] == HOLDS
+    unrelated = pl.Series([0.05, 0.01, 0.04, 0.02, 0.03] * 4)  # W's error no longer follows the cohort's WD
+    files["ablation_vs_wd"] = pl.DataFrame(rows).with_columns(
+        error_increase=pl.when(pl.col("selector") == "wasserstein").then(unrelated).otherwise("error_increase")
+    )
+    run = make_run(tmp_path / "b", {"pythia-1.4b": {"family": "gpt_neox", "params_b": 1.4, "files": files}})
+    assert [r for r in claim_rows(run) if r["id"] == "C22"][0]["verdict"] == FAILS
+
+
 def test_markdown_escapes_pipes_and_links_sources(tmp_path):
     rows = [
         {

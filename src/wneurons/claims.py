@@ -200,14 +200,14 @@ def c2_size_max_wd(run: Run) -> Outcome:
     return Outcome(f"max WD layer 1: {ours}", verdict, "", f"Spearman ρ = {_fmt(rho)}, p = {_fmt(p)}", sources)
 
 
-def _per_pythia(run: Run, key: str, columns: tuple[str, ...], fn: Callable) -> tuple[list, list]:
+def _per_pythia(run: Run, key: str, columns: tuple[str, ...], fn: Callable, by: str = "step") -> tuple[list, list]:
     results, sources = [], []
     for m in PYTHIA:
         try:
             frame, src = run.parquet(m, key, columns)
         except NotRun:
             continue
-        results.append((m, fn(frame.sort("step"))))
+        results.append((m, fn(frame.sort(by))))
         sources.append(src)
     if not results:
         raise NotRun(f"no results/<pythia>/training/{key}.parquet")
@@ -235,7 +235,7 @@ def c4_cosine_drift(run: Run) -> Outcome:
         ncd = f["cohort_ncd_mean"].to_numpy()
         return float(ncd[0]), float(ncd[1:].mean()) if ncd.size > 1 else float("nan")
 
-    results, sources = _per_pythia(run, "cosine_drift", ("step", "cohort_ncd_mean"), shape)
+    results, sources = _per_pythia(run, "cosine_drift", ("end_step", "cohort_ncd_mean"), shape, by="end_step")
     ok = [first > 1 and later < 1 for _, (first, later) in results]
     ours = ", ".join(f"{m}: first {_fmt(a)}, later {_fmt(b)}" for m, (a, b) in results)
     verdict = HOLDS if sum(ok) > len(ok) / 2 else FAILS
@@ -506,7 +506,11 @@ def c20_pythia_nn(run: Run, model: str) -> Outcome:
 
 
 def c21_nn_over_training(run: Run, model: str) -> Outcome:
-    f, src = run.parquet(model, "pair_signs_layer1", ("step", "share_nn", "share_pn"))
+    f, src = run.parquet(model, "pair_signs_training", ("step", "share_nn", "share_pn"))
+    if "layer" in f.columns:  # the MD cohort of layer index 1 (the paper's layer 2)
+        f = f.filter(pl.col("layer") == 1)
+    if f.height < 2:
+        return Outcome(f"{f.height} checkpoints", NO_DATA, sources=[src])
     f = f.sort("step")
     nn0 = float(f["share_nn"][0])
     early = f.filter(pl.col("step") <= 16_000)["share_nn"].max()
@@ -520,14 +524,14 @@ def c21_nn_over_training(run: Run, model: str) -> Outcome:
 
 
 def c22_ablation_vs_wd(run: Run, model: str) -> Outcome:
-    f, src = run.parquet(model, "ablation_vs_wd", ("selector", "benchmark", "cohort_wd_mean", "error"))
+    f, src = run.parquet(model, "ablation_vs_wd", ("selector", "benchmark", "cohort_wd_mean", "error_increase"))
     parts, verdicts = [], []
     for bench in ("blimp", "tse"):
         for selector in ("wasserstein", "random", "matched"):
             rows = f.filter((pl.col("benchmark") == bench) & (pl.col("selector") == selector))
             if rows.height < 3:
                 continue
-            r, p = stats.pearsonr(rows["cohort_wd_mean"], rows["error"])
+            r, p = stats.pearsonr(rows["cohort_wd_mean"], rows["error_increase"])
             parts.append(f"{bench} {selector}: r = {_fmt(r)}")
             verdicts.append(
                 (HOLDS if r >= 0.8 else FAILS) if selector == "wasserstein" else (HOLDS if p >= 0.05 else FAILS)

@@ -674,7 +674,7 @@ def _model_files(model):
         "layerwise": layerwise_path(model, r, "layerwise_nn_vs_error.parquet"),
         "emergence": f"results/{model}/training/emergence.parquet",
         "cosine_drift": f"results/{model}/training/cosine_drift.parquet",
-        "pair_signs_layer1": f"results/{model}/training/pair_signs_layer1.parquet",
+        "pair_signs_training": f"results/{model}/training/pair_signs.parquet",
         "ablation_vs_wd": f"results/{model}/training/ablation_vs_wd.parquet",
     }
     return files
