@@ -590,20 +590,25 @@ def c25_early_peak(run: Run, model: str) -> Outcome:
 
 
 def c26_one_percent(run: Run, model: str) -> Outcome:
+    """Share of each layer's neurons perturbed by the W condition at every configured percent (≈ p%)."""
     result, src = run.json(model, "blimp")
     table, nsrc = run.parquet(model, "neurons", ("layer", "neuron"))
-    per_layer = table.group_by("layer").len().sort("layer")
+    per_layer = table.group_by("layer").len()
     k = dict(zip(per_layer["layer"], per_layer["len"], strict=True))
-    key = "all/wasserstein/p1"
-    if key not in result["conditions"]:
-        raise NotRun(f"{key} not scored for {model}")
-    counts = result["conditions"][key].get("neurons_per_layer")
-    if not counts:
-        raise ValueError(f"{src}: condition {key} records no neurons_per_layer")
-    shares = np.array([int(v) / k[int(layer)] for layer, v in counts.items()])
-    ok = bool(np.all(np.abs(shares - 0.01) <= 0.005))
-    ours = f"{len(shares)} layers, share perturbed {_fmt(100 * shares.min())}–{_fmt(100 * shares.max())}%"
-    return Outcome(ours, HOLDS if ok else FAILS, "", "every layer within 0.5–1.5%", [src, nsrc])
+    parts, verdicts = [], []
+    for p in run.config["percents"]:
+        key = f"all/wasserstein/p{_percent_key(p)}"
+        if key not in result["conditions"]:
+            continue
+        counts = result["conditions"][key].get("neurons_per_layer")
+        if not counts:
+            raise ValueError(f"{src}: condition {key} records no neurons_per_layer")
+        shares = 100 * np.array([int(v) / k[int(layer)] for layer, v in counts.items()])
+        verdicts.append(HOLDS if np.all(np.abs(shares - p) <= p / 2) else FAILS)
+        parts.append(f"p{p:g}: {len(shares)} layers, {_fmt(shares.min())}–{_fmt(shares.max())}% perturbed")
+    if not parts:
+        raise NotRun(f"no all-layer wasserstein condition scored for {model}")
+    return Outcome("; ".join(parts), _combine(verdicts), "", "every layer within p/2 of p%", [src, nsrc])
 
 
 def c27_random_trials(run: Run) -> Outcome:
@@ -640,24 +645,30 @@ def c28_data(run: Run) -> Outcome:
 
 
 def c29_splits(run: Run, model: str) -> Outcome:
-    """The shards' text checksum equals WikiText-2 *test*'s; perplexity records the validation file it scored."""
+    """The neuron table's text checksum is WikiText-2 *test*'s (not validation's); perplexity scores validation."""
     import hashlib
 
     from wneurons.data import load_wikitext
+    from wneurons.io import read_parquet_metadata
 
-    index, src = run.json(model, "shards_index")
+    meta = read_parquet_metadata(run.path(model, "neurons"))
     ppl, psrc = run.json(model, "ppl")
     wikitext = run.data.get("wikitext2")
     if not wikitext or not (run.root / wikitext / "wiki.test.raw").exists():
         raise NotRun("WikiText-2 data directory absent")
-    test_sha = hashlib.sha256(load_wikitext(run.root / wikitext / "wiki.test.raw").encode("utf-8")).hexdigest()
-    valid_sha = hashlib.sha256(load_wikitext(run.root / wikitext / "wiki.valid.raw").encode("utf-8")).hexdigest()
-    shards_on_test = index.get("text_sha256") == test_sha
-    ppl_split = ppl["clean"].get("split", "validation (wneurons.jobs scores wiki.valid.raw)")
-    verdict = HOLDS if shards_on_test and index.get("text_sha256") != valid_sha else FAILS
-    shard_text = "wiki.test.raw" if shards_on_test else "not wiki.test.raw"
-    ours = f"WD/MD shards: {shard_text} ({index.get('n_tokens')} tokens); ppl: {ppl_split}"
-    return Outcome(ours, verdict, "", "sha256 of the shards' text vs the data files", [src, psrc])
+    if "text_sha256" not in meta:
+        raise ValueError(f"{run.path(model, 'neurons')}: provenance lacks text_sha256")
+    digest = {
+        split: hashlib.sha256(load_wikitext(run.root / wikitext / f"wiki.{split}.raw").encode("utf-8")).hexdigest()
+        for split in ("test", "valid")
+    }
+    on_test = meta["text_sha256"] == digest["test"] != digest["valid"]
+    shard_text = "wiki.test.raw" if on_test else "not wiki.test.raw"
+    ours = f"WD/MD: {shard_text} ({meta.get('n_tokens')} tokens); perplexity: wiki.valid.raw (wneurons.jobs)"
+    src = run.rel(run.path(model, "neurons"))
+    return Outcome(
+        ours, HOLDS if on_test else FAILS, "", "sha256 of the statistics' text vs the data files", [src, psrc]
+    )
 
 
 @dataclass(frozen=True)

@@ -659,7 +659,6 @@ def _model_files(model):
     r = final_revision(model)
     files = {
         "neurons": neurons_path(model, r),
-        "shards_index": f"{shards_path(model, r)}/index.json",
         **{b: aggregate_path(model, r, b) for b in BENCHMARKS},
     }
     if conditions_for(config, model, r):
