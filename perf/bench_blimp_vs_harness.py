@@ -47,6 +47,7 @@ def bench_ours(model_dir: str, pairs: pl.DataFrame, dtype: str, batch_size: int)
         model, tokenizer, pairs, convention="harness", batch_size=batch_size, return_pairs=True
     )
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    scored = scored.with_columns(pairs["pair_id"].gather(scored["item"]))  # the per-pair frame keeps row numbers
     n_sentences = 2 * pairs.height
     return {
         "side": "wneurons",

@@ -7,6 +7,7 @@ import yaml
 
 from wneurons.config import validate_config
 from wneurons.grid import (
+    BENCHMARKS,
     cohort_revision,
     collected_layers,
     conditions_for,
@@ -105,3 +106,9 @@ def test_shard_bytes_is_layers_times_width_times_tokens(config):
     y = 36 * 20480 * tokens * 2
     assert shard_bytes(config, "pythia-12b", None) == y + 36 * 2000 * 5120 * 4
     assert shard_bytes(config, "pythia-12b", [1]) == (y + 36 * 2000 * 5120 * 4) // 36
+
+
+def test_every_benchmark_of_the_grid_has_a_scorer():
+    from wneurons.jobs import BENCHMARKS as SCORED
+
+    assert set(SCORED) == set(BENCHMARKS)

@@ -553,7 +553,9 @@ def perplexity(
             tracker.advance(batch.shape[0])
     token_nll = nll.reshape(-1).numpy()
     mean_nll = float(token_nll.astype(np.float64).mean())
-    n_bos = n_windows if bos is not None else _leading_bos(tokenizer, [ids]) if conv.stream_special_tokens else 0
+    # Windows whose context starts with a BOS: every one with window_bos; else only the first, where the stream
+    # (authors: the tokenizer's defaults) starts with one.
+    n_bos = n_windows if bos is not None else _leading_bos(tokenizer, [ids[:1]])
     result: dict[str, Any] = {
         "perplexity": math.exp(mean_nll),
         "mean_nll": mean_nll,

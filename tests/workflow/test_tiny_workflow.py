@@ -59,6 +59,43 @@ def test_all_results_written_with_provenance(tiny_run):
         assert (tiny_run / "results/figures" / fig).stat().st_size > 0
 
 
+ITEM_COLUMNS = {
+    "blimp": ["item", "paradigm", "linguistics_term", "field", "logprob_good", "logprob_bad", "correct", "tie"],
+    "tse": [
+        "item", "task", "family", "condition", "logprob_good", "logprob_bad", "logprob_intrusive", "correct", "tie"
+    ],
+    "ppl": ["window", "position", "token_id", "char_start", "char_end", "nll"],
+}  # fmt: skip
+
+
+def test_per_item_results_beside_every_scoring_json(tiny_run):
+    import polars as pl
+
+    from wneurons.io import read_parquet_metadata
+
+    base = tiny_run / "results/tiny-llama/main"
+    jsons = sorted(base.glob("clean/*.json")) + sorted(base.glob("ablations/*/*/p*/t*/*.json"))
+    assert len(jsons) == 3 * (1 + 7)  # clean + wasserstein, 2 random, matched, g1, g2, c2; on 3 benchmarks
+    for path in jsons:
+        result = json.loads(path.read_text())
+        bench, scores = result["benchmark"], result["scores"]
+        items_path = path.with_name(f"{bench}.items.parquet")
+        items = pl.read_parquet(items_path)
+        assert items.columns == ITEM_COLUMNS[bench], items_path
+        meta = read_parquet_metadata(items_path)
+        # The tiny tokenizer adds no special tokens: `authors` prepends nothing; the family comes from the model.
+        assert meta["convention"] == result["provenance"]["convention"] == scores["convention"] == "authors"
+        assert meta["bos_prepended"] is False and scores["bos_prepended"] is False
+        assert meta["family"] == "llama" and meta["data_sha256"] == result["provenance"]["data_sha256"]
+        if bench == "ppl":
+            assert items.height == scores["n_tokens"] and scores["window_bos"] is False
+            assert abs(items["nll"].cast(pl.Float64).mean() - scores["mean_nll"]) < 1e-5
+        else:
+            assert items.height == scores.get("n_pairs", scores.get("n_items"))
+            assert abs(items["correct"].mean() - scores["overall"]) < 1e-12
+            assert items["tie"].sum() == scores["n_ties"]
+
+
 def test_nothing_left_to_do_after_a_complete_run(tiny_run):
     assert dry_run_jobs(tiny_run) == {}
 
