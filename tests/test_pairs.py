@@ -123,24 +123,26 @@ def test_pair_positions_are_distinct_seeded_and_checked():
         draw_pair_positions(1000, 201, seed=0)
 
 
-@pytest.mark.parametrize("family", ["gpt_neox", "llama"])
-def test_projection_rows_equal_the_full_forward_at_those_positions(tiny_model, family):
+@pytest.mark.parametrize(("family", "bos"), [("gpt_neox", None), ("llama", None), ("llama", 1)])
+def test_projection_rows_equal_the_full_forward_at_those_positions(tiny_model, family, bos):
     model = tiny_model(family)
     modules = preactivation_modules(model)
     windows = torch.randint(3, 200, (5, 16), generator=torch.Generator().manual_seed(0))
     positions = np.array([70, 3, 33, 79, 16, 40])  # unsorted, several windows, window 3 skipped
-    rows = collect_projection_rows(model, windows, positions)
+    rows = collect_projection_rows(model, windows, positions, bos=bos)
+    fed = windows if bos is None else torch.cat([torch.full((5, 1), bos), windows], dim=1)
+    rows_of_fed = positions + (0 if bos is None else positions // 16 + 1)  # past each window's BOS
     full = {}
     hooks = [
         m.register_forward_hook(lambda mod, args, out, i=i: full.__setitem__(i, (args[0].clone(), out.clone())))
         for i, m in enumerate(modules)
     ]
     with torch.no_grad():
-        model(input_ids=windows)
+        model(input_ids=fed)
     for h in hooks:
         h.remove()
     for layer, (x, y) in enumerate(rows):
         fx, fy = (t.reshape(-1, t.shape[-1]).numpy() for t in full[layer])
-        np.testing.assert_allclose(x, fx[positions], rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(y, fy[positions], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(x, fx[rows_of_fed], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(y, fy[rows_of_fed], rtol=1e-5, atol=1e-6)
     assert all(not m._forward_hooks for m in modules)  # hooks detached

@@ -581,11 +581,13 @@ def collect_projection_rows(
     batch_size: int = 1,
     model_name: str = "?",
     modules: list[torch.nn.Module] | None = None,
+    bos: int | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per layer ``(x, y)``: the projection inputs [len(positions), d_in] and raw outputs [len(positions), K]
     (float32, rows in the order of ``positions``) at ``positions`` of the token stream ``windows`` [n_windows,
     window] (position p = window p // window, offset p % window). One forward pass of the trunk over the windows
-    that hold a position, stopped after the last projection; only the chosen rows are kept."""
+    that hold a position, stopped after the last projection; only the chosen rows are kept. With ``bos`` (a token
+    id) each window is fed after that BOS, as :func:`collect_activation_shards` does under ``window_bos``."""
     modules = registry.preactivation_modules(model) if modules is None else modules
     n_windows, window = windows.shape
     positions = np.asarray(positions, dtype=np.int64)
@@ -622,9 +624,13 @@ def collect_projection_rows(
                 batch_windows[np.minimum(slot, batch_windows.size - 1)] == positions // window
             )
             state["rows"] = np.flatnonzero(inside)
-            state["flat"] = torch.from_numpy(slot[inside] * window + positions[inside] % window)
+            fed = window + (bos is not None)
+            state["flat"] = torch.from_numpy(slot[inside] * fed + positions[inside] % window + (bos is not None))
+            batch = windows[torch.from_numpy(batch_windows)]
+            if bos is not None:
+                batch = torch.cat([torch.full((batch.shape[0], 1), bos, dtype=batch.dtype), batch], dim=1)
             try:
-                trunk(input_ids=windows[torch.from_numpy(batch_windows)].to(device), use_cache=False)
+                trunk(input_ids=batch.to(device), use_cache=False)
             except _StopForward:
                 pass
     return list(zip(xs, ys, strict=True))

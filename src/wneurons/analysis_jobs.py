@@ -18,7 +18,7 @@ import polars as pl
 
 from wneurons import io
 from wneurons.case_study import FUNCTION_WORDS
-from wneurons.jobs import _data_provenance, _model_provenance, load_configured_model
+from wneurons.jobs import _data_provenance, _model_provenance, load_configured_model, window_bos_of
 
 log = logging.getLogger("wneurons")
 
@@ -86,6 +86,7 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
     from wneurons.activations import ShardIndex, collect_projection_rows
     from wneurons.data import load_wikitext
     from wneurons.pairs import draw_pair_positions
+    from wneurons.scoring import window_bos_token
 
     start = time.perf_counter()
     n = params["tokens"]
@@ -96,6 +97,7 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
                 f"pairs.tokens={n} but the shards in {shards_dir} hold MD inputs for {len(index.md_positions)}"
             )
         positions, window, split = index.md_positions[:n], int(index.meta["window"]), "test"
+        window_bos, window_bos_reason = bool(index.meta.get("window_bos")), "as the activation shards"
         layers = []
         for layer in range(index.n_layers):
             blocks = index.y_blocks(layer)  # [n_windows, K, window]: gather the sampled tokens only
@@ -121,7 +123,10 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
 
         windows = torch.from_numpy(ids[: n_windows * window].reshape(n_windows, window))
         positions = draw_pair_positions(n_windows * window, n, params["seed"])
-        layers = collect_projection_rows(model, windows, positions, model_name=spec["name"])
+        # Windows fed as the activation shards are (a BOS first where the family / config says so).
+        window_bos, window_bos_reason = window_bos_of(spec, model, tokenizer)
+        bos = window_bos_token(tokenizer, window_bos)
+        layers = collect_projection_rows(model, windows, positions, model_name=spec["name"], bos=bos)
     meta = {
         "source": params["source"],
         "split": split,
@@ -130,6 +135,8 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
         "n_pairs": int(positions.size // 2),
         "pairing": "consecutive rows (0,1), (2,3), ... as in wneurons.stats.mapping_difficulty",
         "window": window,
+        "window_bos": window_bos,
+        "window_bos_reason": window_bos_reason,
         "positions_sha256": _positions_sha256(positions),
         "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "layers": [{"layer": i, "d_in": x.shape[1], "n_neurons": y.shape[1]} for i, (x, y) in enumerate(layers)],

@@ -18,6 +18,7 @@ from wneurons.grid import (
     conditions_for,
     layers_for_scope,
     shard_bytes,
+    single_layer_scopes,
 )
 
 try:
@@ -357,12 +358,6 @@ def runtime(wildcards, attempt):
     return int((20 + 15 * params_b) * attempt)
 
 
-def collect_disk_mb(wildcards):
-    """Scratch disk of one collection job: its shards (see wneurons.grid.shard_bytes) plus 1 GB headroom."""
-    m, r = wildcards.model, wildcards.revision
-    return 1024 + shard_bytes(config, m, collected_layers(config, m, r)) // 2**20
-
-
 # ---------------------------------------------------------------- mechanism analyses (paper §3 token level, §5-7)
 # Paths, targets, inputs and params of workflow/rules/analyses.smk.
 def pair_sample_path(model, revision):
@@ -408,12 +403,6 @@ def analysis_models():
     return list(dict.fromkeys(m for m in names if m))
 
 
-def single_layer_scopes(model):
-    """Scopes lK (1-based) of the single-layer ablations of Figure 7."""
-    layers = config["ablation"]["single_layers"]["layers"]
-    return [f"l{k}" for k in (layers or range(1, MODELS[model]["num_layers"] + 1))]
-
-
 def analysis_condition(scope, selector, percent):
     return Condition(scope, selector, f"{float(percent):g}", 0)
 
@@ -429,6 +418,11 @@ def analysis_targets(wildcards=None):
     if figures["figure6"]["model"]:
         targets.append(analysis_figure_path("figure6a"))
     if figures["figure7"]["model"]:
+        if not single_layer_scopes(config, figures["figure7"]["model"]):
+            sys.exit(
+                f"figures.figure7.model {figures['figure7']['model']!r} has no single-layer ablations: "
+                "add it to ablation.single_layers.models"
+            )
         targets.append(analysis_figure_path("figure7"))
     if config["pos"]["model"]:
         targets.append(analysis_figure_path("figure3d"))
@@ -438,7 +432,7 @@ def analysis_targets(wildcards=None):
 def pair_sample_inputs(wildcards):
     inputs = {"wikitext": data_dir("ppl")}
     if config["pairs"]["source"] == "test_shards":
-        inputs["shards"] = shards_path(wildcards.model, wildcards.revision)
+        inputs["shards"] = kept_shards_path(wildcards.model, wildcards.revision)
     elif model_dir(wildcards):
         inputs["model"] = model_dir(wildcards)
     return inputs
@@ -472,7 +466,7 @@ def pair_signs_params(wildcards):
 def pos_tags_inputs(wildcards):
     m = wildcards.model
     return {
-        "tokens": clean_items_path(m, final_revision(m), "ppl"),
+        "ppl_items": clean_items_path(m, final_revision(m), "ppl"),
         "wikitext": data_dir("ppl"),
     }
 
@@ -504,7 +498,9 @@ def case_study_inputs(wildcards):
     inputs = {
         "sample": pair_sample_path(m, r),
         "neurons": neurons_path(m, r),
-        "shards": shards_path(m, r),
+        "shards": kept_shards_path(
+            m, r
+        ),  # the histogram of Fig. 5b, after the temporary shards are gone
     }
     if config["pos"]["model"] == m:
         inputs["tags"] = pos_tags_path(m)
@@ -526,7 +522,8 @@ def layerwise_inputs(wildcards):
     m, r = wildcards.model, wildcards.revision
     pct = config["figures"]["figure7"]["ablation_percent"]
     conditions = [
-        analysis_condition(s, "wasserstein", pct) for s in single_layer_scopes(m)
+        analysis_condition(s, "wasserstein", pct)
+        for s in single_layer_scopes(config, m)
     ]
     return {
         "composition": pair_composition_path(m, r),
@@ -540,7 +537,9 @@ def layerwise_inputs(wildcards):
 def layerwise_params(wildcards):
     fig = config["figures"]["figure7"]
     return {
-        "layers": [int(s[1:]) - 1 for s in single_layer_scopes(wildcards.model)],
+        "layers": [
+            int(s[1:]) - 1 for s in single_layer_scopes(config, wildcards.model)
+        ],
         "md_percent": fig["md_percent"],
         "top_k": fig["top_k"],
         "ablation_percent": fig["ablation_percent"],
@@ -602,6 +601,12 @@ def figure7_params(wildcards):
         "top_k": fig["top_k"],
         "label": fig["model"],
     }
+
+
+def collect_disk_mb(wildcards):
+    """Scratch disk of one collection job: its shards (see wneurons.grid.shard_bytes) plus 1 GB headroom."""
+    m, r = wildcards.model, wildcards.revision
+    return 1024 + shard_bytes(config, m, collected_layers(config, m, r)) // 2**20
 
 
 # ---------------------------------------------------------------- replication report (issue 13)

@@ -2,4 +2,4 @@ from wneurons.analysis_jobs import pos_tags_job
 from wneurons.jobs import logged_to
 
 with logged_to(snakemake.log[0], snakemake.threads):
-    pos_tags_job(snakemake.input.tokens, snakemake.input.wikitext, snakemake.output[0], snakemake.params.pos)
+    pos_tags_job(snakemake.input.ppl_items, snakemake.input.wikitext, snakemake.output[0], snakemake.params.pos)
