@@ -192,6 +192,8 @@ def test_explorer_in_a_headless_browser(tmp_path, browser):
     assert len(pairs) == 2 and "NN" in pairs[1].text and "DET, det" in pairs[1].text
     assert EVIL in browser.find_element("css selector", "table.negative_contexts").text
     assert EVIL in pairs[1].text
+    marked = [e.text for e in pairs[1].find_elements("css selector", "span.tok")]
+    assert marked == [EVIL, "for"]  # the pair's tokens, highlighted, still text
     assert browser.execute_script("return window.__pwned === undefined")
     assert not browser.find_elements("css selector", "body script")
 

@@ -17,6 +17,7 @@ import html
 import json
 import logging
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,11 @@ def histogram_svg(hist: dict, width: int = 640, height: int = 260) -> str:
     return "".join(parts)
 
 
+def _marked(context: str) -> str:
+    """A pair-sample context (token in ``[[ ]]``, as the analyses write it), escaped, with the token highlighted."""
+    return re.sub(r"\[\[(.*?)\]\]", r"<span class='tok'>\1</span>", _e(context), count=1, flags=re.S)
+
+
 def _context_row(c: dict) -> str:
     return (
         f"<tr><td class='num'>{_num(c['y'])}</td><td class='ctx'>{_e(c['left'])}"
@@ -205,10 +211,10 @@ def neuron_body(rec: dict, back: str) -> str:
             body.append(
                 f"<tr><td class='num'>{_e(p['rank'])}</td><td class='{_e(sign)}'>{_e(sign.upper())}</td>"
                 f"<td class='num'>{_e(_num(p['r']))}</td>"
-                f"<td class='ctx'>{_e(p['context_i'])}<br>"
+                f"<td class='ctx'>{_marked(p['context_i'])}<br>"
                 f"<span class='note'>{_e(p['upos_i'])}, {_e(p['dep_i'])}</span></td>"
                 f"<td class='num'>{_e(_num(p['y_i']))}</td>"
-                f"<td class='ctx'>{_e(p['context_j'])}<br>"
+                f"<td class='ctx'>{_marked(p['context_j'])}<br>"
                 f"<span class='note'>{_e(p['upos_j'])}, {_e(p['dep_j'])}</span></td>"
                 f"<td class='num'>{_e(_num(p['y_j']))}</td></tr>"
             )
