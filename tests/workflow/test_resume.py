@@ -181,9 +181,10 @@ def job_running(root: Path, matches: Callable[[str], bool], min_done: int = 0, d
 
 def result_files(root: Path, exclude: Sequence[str] = ()) -> dict[str, int]:
     """Every finished-looking file of the run (not hidden temp files), except those of the outputs (files or
-    folders) in ``exclude`` -> its mtime in ns."""
+    folders) in ``exclude`` -> its mtime in ns. Activation shards are temporary (deleted once read): only their
+    kept hard links count."""
     files = {}
-    for top in ("results", "resources/data", "resources/activations"):
+    for top in ("results", "resources/data", "resources/kept-activations"):
         for p in (root / top).rglob("*") if (root / top).is_dir() else []:
             rel = p.relative_to(root)
             hidden = any(part.startswith(".") for part in rel.parts)
@@ -201,14 +202,18 @@ def assert_nothing_partial(root: Path) -> None:
             json.loads(path.read_text())
         elif path.suffix == ".parquet":
             pl.read_parquet(path)
-    for shard_dir in (root / "resources/activations").glob("*/*"):
+    for shard_dir in [
+        *(root / "resources/activations").glob("*/*"),
+        *(root / "resources/kept-activations").glob("*/*"),
+    ]:
         if not shard_dir.name.startswith("."):
             json.loads((shard_dir / "index.json").read_text())
 
 
 def shard_digests(root: Path) -> dict[str, str]:
-    """sha256 of every activation shard file (the .npy arrays compare_result_trees does not look at)."""
-    base = root / "resources/activations"
+    """sha256 of every kept activation shard file (the .npy arrays compare_result_trees does not look at; the
+    temporary shards are gone after a complete run, their kept hard links are not)."""
+    base = root / "resources/kept-activations"
     return {
         str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(base.rglob("*.npy"))
@@ -276,6 +281,7 @@ def test_kill_minus_9_at_three_moments_then_resume(reference, tmp_path):
     assert finished == ref_jobs
     assert dry_run_jobs(root) == {}
     assert compare_result_trees(ref_root / "results", root / "results") == []
+    assert shard_digests(ref_root), "no kept shards to compare"
     assert shard_digests(root) == shard_digests(ref_root)
 
 

@@ -170,8 +170,8 @@ def snakemake(root: Path, *args: str, timeout: float = 900, check: bool = True) 
 
 
 def dry_run_jobs(root: Path, *args: str) -> dict[str, int]:
-    """Job counts per rule that a dry run would execute."""
-    proc = snakemake(root, "-n", "--quiet", "rules", *args)
+    """Job counts per rule that a dry run of ``args`` (targets, options) would execute."""
+    proc = snakemake(root, "-n", *args, "--quiet", "rules")  # --quiet takes a list: it must come last
     counts: dict[str, int] = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
