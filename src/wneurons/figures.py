@@ -425,7 +425,8 @@ def figure5(pairs: pl.DataFrame, all_pairs: pl.DataFrame, summary: dict, out_pat
         ]
         for r in pairs.iter_rows(named=True)
     ]
-    tab = ax_a.table(cells, colLabels=["#", "token i", "token j", "sign", "y_i / y_j", "r"], loc="center")
+    labels = ["#", "token i (UPOS/dep)", "token j (UPOS/dep)", "sign", "y_i / y_j", "r"]
+    tab = ax_a.table(cells, colLabels=labels, loc="center", colWidths=[0.05, 0.34, 0.34, 0.07, 0.14, 0.06])
     tab.auto_set_font_size(False)
     tab.set_fontsize(7)
     ax_a.set_title(f"(a) top {len(cells)} of {summary['n_pairs']} pairs: {summary['n_nn_top']} NN")

@@ -34,7 +34,7 @@ def analyses_run(tmp_path_factory):
     config["pos"] = {"model": MODEL, "percent": percent, "min_tokens": 1, "n_boot": 50}
     config["ablation"]["single_layers"] = {"models": [MODEL], "percents": [percent], "layers": [0, 2]}
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    jobs = dry_run_jobs(root, "--", *TARGETS)
+    jobs = dry_run_jobs(root, *TARGETS)
     snakemake(root, "--cores", "2", *TARGETS)
     return root, jobs
 
@@ -90,7 +90,7 @@ def test_a_deleted_single_layer_result_is_recomputed_alone(analyses_run):
     before = pl.read_parquet(root / BASE / "layerwise_nn_vs_error.parquet")
     for suffix in ("json", "items.parquet"):
         (root / BASE / f"ablations/l3/wasserstein/p{percent:g}/t0/blimp.{suffix}").unlink()
-    jobs = dry_run_jobs(root, "--", *TARGETS)
+    jobs = dry_run_jobs(root, *TARGETS)
     assert jobs["score_ablation"] == 1 and jobs["layerwise"] == 1
     assert not {"pair_sample", "pair_signs", "pos_tags", "collect_activations"} & set(jobs)
     snakemake(root, "--cores", "2", *TARGETS)
