@@ -127,7 +127,7 @@ def test_paired_tables_claims_table_explorer_and_report(tiny_run):
     assert ours["C1"]["verdict"] != "not run" and ours["C11"]["verdict"] == "not run"  # C11 is about 1%: not run
     assert "| C27 |" in (tiny_run / "results/replication.md").read_text()
     # The explorer: one page per listed neuron (top 5 of each of 4 layers) and the one-file bundle.
-    pages = sorted(p.name for p in (base / "explorer").iterdir())
+    pages = sorted(p.name for p in (base / "explorer").glob("*.html"))
     assert len(pages) == 4 * 5 + 1 and "index.html" in pages
     assert (base / "explorer.html").stat().st_size > 0
     # The single-file report with the claims table and the explorer in it.
