@@ -458,14 +458,18 @@ def figure5(pairs: pl.DataFrame, all_pairs: pl.DataFrame, summary: dict, out_pat
 
 def _composition_axes(ax, comp: pl.DataFrame, log_y: bool) -> None:
     layers = comp["layer"].to_numpy() + 1
+    # On a log axis a share of 0 (and a band reaching below it) is drawn at half of the smallest share one pair
+    # can make, so that the axis keeps the range of the data.
+    floor = 0.5 / float((comp["n_neurons"] * comp["top_k"]).max()) if log_y else -np.inf
     for name, color in SIGN_COLORS.items():
         share, sem = comp[f"share_{name}"].to_numpy(), comp[f"sem_{name}"].to_numpy()
-        ax.plot(layers, share, marker="o", color=color, label=name.upper())
-        ax.fill_between(layers, share - sem, share + sem, color=color, alpha=0.2)
+        ax.plot(layers, np.maximum(share, floor), marker="o", color=color, label=name.upper())
+        ax.fill_between(layers, np.maximum(share - sem, floor), share + sem, color=color, alpha=0.2)
     ax.plot(layers, comp["null_nn"], ls=":", color=SIGN_COLORS["nn"], label="NN over all pairs")
     if log_y:
         ax.set_yscale("log")
-    ax.set(xlabel="layer", ylabel="share of top pairs")
+        ax.set_ylim(floor / 1.5, 1.5)
+    ax.set(xlabel="layer", ylabel="share of top pairs" + (f" (0 drawn at {floor:.1g})" if log_y else ""))
     ax.legend(fontsize=7)
 
 

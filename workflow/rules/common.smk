@@ -596,11 +596,8 @@ def figure7_inputs(wildcards):
 
 def figure7_params(wildcards):
     fig = config["figures"]["figure7"]
-    return {
-        "md_percent": fig["md_percent"],
-        "top_k": fig["top_k"],
-        "label": fig["model"],
-    }
+    keys = ("md_percent", "top_k", "ablation_percent")
+    return {k: fig[k] for k in keys} | {"label": fig["model"]}
 
 
 def collect_disk_mb(wildcards):
