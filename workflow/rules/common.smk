@@ -144,6 +144,7 @@ def all_targets(wildcards=None):
                 targets.append(figure4_path(model, revision))
     targets += [figure1_path(), figure2a_path()]
     targets += training_targets()
+    targets += report_targets()
     return targets
 
 
@@ -850,3 +851,156 @@ try:
     }
 except (ValueError, FileNotFoundError) as err:
     sys.exit(f"config: {err}")
+# ---------------------------------------------------------------- replication report (issue 13)
+# Paths, targets, inputs and params of workflow/rules/report.smk.
+def paired_path(model, revision, benchmark):
+    return f"results/{model}/{revision}/paired/{benchmark}.parquet"
+
+
+def replication_path(ext):
+    """``ext``: md, json or html: the claims table."""
+    return f"results/replication.{ext}"
+
+
+def explorer_path(model, revision):
+    return f"results/{model}/{revision}/explorer"
+
+
+def explorer_bundle_path(model, revision):
+    """The explorer as one HTML file: Snakemake's single-file report cannot hold a directory."""
+    return f"results/{model}/{revision}/explorer.html"
+
+
+def explorer_models():
+    models = config["report"]["explorer"]["models"]
+    return list(MODELS) if models is None else models
+
+
+def report_targets(wildcards=None):
+    """The claims table, the paired tables it reads and one explorer per configured model."""
+    targets = [replication_path(e) for e in ("md", "json", "html")]
+    targets += [explorer_path(m, final_revision(m)) for m in explorer_models()]
+    return targets
+
+
+def paired_conditions(wildcards):
+    """The conditions of one checkpoint, in the order of paired_inputs' list (JSON-able for the job)."""
+    return [
+        {"scope": c.scope, "selector": c.selector, "percent": c[2], "trial": c.trial}
+        for c in conditions_for(config, wildcards.model, wildcards.revision)
+    ]
+
+
+def paired_inputs(wildcards):
+    m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
+    return {
+        "clean": clean_items_path(m, r, b),
+        "conditions": [
+            ablation_items_path(m, r, c, b) for c in conditions_for(config, m, r)
+        ],
+    }
+
+
+def _model_files(model):
+    """Every result file a claim may read for one model (final revision); absent ones say "not run"."""
+    r = final_revision(model)
+    files = {
+        "neurons": neurons_path(model, r),
+        **{b: aggregate_path(model, r, b) for b in BENCHMARKS},
+    }
+    if conditions_for(config, model, r):
+        files |= {f"paired_{b}": paired_path(model, r, b) for b in BENCHMARKS}
+    # Analyses (issue 11) through their path helpers; training dynamics (issue 12) as spelled in
+    # shared/spec/analyses.md §D "Outputs" until its path helpers are merged.
+    files |= {
+        "pos_surprisal": pos_surprisal_path(model, r),
+        "composition": pair_composition_path(model, r),
+        "figure5_pairs": case_study_path(model, r, "figure5_pairs.csv"),
+        "figure5_robustness": case_study_path(model, r, "figure5_robustness.json"),
+        "layerwise": layerwise_path(model, r, "layerwise_nn_vs_error.parquet"),
+        "emergence": f"results/{model}/training/emergence.parquet",
+        "cosine_drift": f"results/{model}/training/cosine_drift.parquet",
+        "pair_signs_training": f"results/{model}/training/pair_signs.parquet",
+        "ablation_vs_wd": f"results/{model}/training/ablation_vs_wd.parquet",
+    }
+    return files
+
+
+def _analysis_files(model):
+    """The analyses' files of one model that this config produces (keys of _model_files)."""
+    figures, keys = config["figures"], []
+    if model in analysis_models():
+        keys.append("composition")
+    if figures["figure5"]["model"] == model:
+        keys += ["figure5_pairs", "figure5_robustness"]
+    if figures["figure7"]["model"] == model:
+        keys.append("layerwise")
+    if config["pos"]["model"] == model:
+        keys.append("pos_surprisal")
+    return keys
+
+
+def replication_inputs(wildcards):
+    """The files the claims table is built from: results, paired tables and the analyses the config runs
+    (training-dynamics files are read when present)."""
+    inputs = []
+    for model in MODELS:
+        files = _model_files(model)
+        inputs += [files["neurons"], *(files[b] for b in BENCHMARKS)]
+        inputs += [files[f"paired_{b}"] for b in BENCHMARKS if f"paired_{b}" in files]
+        inputs += [files[k] for k in _analysis_files(model)]
+    return inputs
+
+
+def replication_run(wildcards):
+    """What wneurons.claims.Run needs: per model its family, size and files; config facts; data directories."""
+    return {
+        "models": {
+            m: {
+                "family": spec["family"],
+                "params_b": spec["params_b"],
+                "revision": final_revision(m),
+                "files": _model_files(m),
+            }
+            for m, spec in MODELS.items()
+        },
+        "config": {
+            "random_trials": config["ablation"]["random_trials"],
+            "percents": config["ablation"]["percents"],
+            "resamples": config["report"]["resamples"],
+            "seed": config["report"]["seed"],
+            "convention": config["evaluation"]["convention"],
+        },
+        "data": {
+            "blimp": data_dir("blimp"),
+            "tse": data_dir("tse"),
+            "tse_format": config["data"]["tse"]["format"],
+            "wikitext2": data_dir("ppl"),
+        },
+    }
+
+
+def explorer_inputs(wildcards):
+    """Shards, tables and text of the model; its pair sample and POS tags when the analyses make them."""
+    m, r = wildcards.model, wildcards.revision
+    inputs = {
+        "shards": shards_path(m, r),
+        "neurons": neurons_path(m, r),
+        "wikitext": data_dir("ppl"),
+        "checkpoints": [neurons_path(m, c) for c in revisions(m) if c != r],
+    }
+    if model_dir(wildcards):
+        inputs["model"] = model_dir(wildcards)
+    if m in analysis_models() and r == final_revision(m):
+        inputs["sample"] = pair_sample_path(m, r)
+        if config["pos"]["model"] == m:
+            inputs["tags"] = pos_tags_path(m)
+    return inputs
+
+
+def explorer_params(wildcards):
+    m, r = wildcards.model, wildcards.revision
+    return {
+        "explorer": config["report"]["explorer"],
+        "checkpoints": [c for c in revisions(m) if c != r],
+    }

@@ -1,0 +1,192 @@
+"""Paired statistics between two conditions scored on the same items: never an unpaired test of two accuracies.
+
+Every comparison here pairs item i under the reference condition (clean, random, matched) with item i under the
+compared condition (the Wasserstein ablation): the accuracy difference gets a percentile bootstrap CI that
+resamples *items* (the same draw for both conditions), and the exact McNemar test (a binomial test on the
+discordant pairs) decides whether the difference is real. Perplexity differences resample *windows*, the unit
+inside which tokens are correlated.
+
+Random controls come in T trials of the same items. Pooled over trials (as the paper's mean over trials) the
+per-item reference is the mean of the T trials' 0/1 outcomes; the exact test is then the sign test on the
+per-item differences, which is McNemar's test itself when T = 1 (differences in {-1, 0, 1}).
+
+Pure functions over numpy arrays; resamples are drawn as multinomial counts over the distinct per-item values
+(exactly the distribution of resampling items with replacement), so no Python loop runs over resamples or items.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from scipy import stats
+
+CI_LEVEL = 0.95
+RESAMPLES = 2000
+# Bound on one chunk of the resample-count matrix (resamples x distinct values), in elements.
+_CHUNK_ELEMENTS = 1 << 22
+
+
+class McNemar(NamedTuple):
+    """Exact McNemar test: ``only_reference`` items right only under the reference, ``only_condition`` right only
+    under the compared condition; ``p_value`` two-sided (binomial, p = 1/2, on the discordant pairs)."""
+
+    only_reference: int
+    only_condition: int
+    p_value: float
+
+
+def sign_test(differences: np.ndarray) -> tuple[int, int, float]:
+    """Exact two-sided sign test on paired differences: (#positive, #negative, p); zeros are dropped.
+
+    For 0/1 outcomes (difference in {-1, 0, 1}) this is the exact McNemar test. p = min(1, 2 P(X <= min)) with
+    X ~ Binomial(#nonzero, 1/2), the two-sided p-value of ``scipy.stats.binomtest`` for a symmetric null.
+    """
+    d = np.asarray(differences, dtype=np.float64)
+    if np.isnan(d).any():
+        raise ValueError("paired differences contain NaN")
+    positive, negative = int((d > 0).sum()), int((d < 0).sum())
+    n = positive + negative
+    p = 1.0 if n == 0 else min(1.0, 2.0 * float(stats.binom.cdf(min(positive, negative), n, 0.5)))
+    return positive, negative, p
+
+
+def mcnemar_exact(reference_correct: np.ndarray, condition_correct: np.ndarray) -> McNemar:
+    """Exact McNemar test of two 0/1 outcome vectors over the same items."""
+    ref, cond = _paired_bool(reference_correct, condition_correct)
+    only_ref, only_cond, p = sign_test(ref.astype(np.int8) - cond.astype(np.int8))
+    return McNemar(only_ref, only_cond, p)
+
+
+def _paired_bool(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired outcomes need two 1-D arrays of one length, got shapes {a.shape} and {b.shape}")
+    return a.astype(bool), b.astype(bool)
+
+
+def _multinomial_chunks(n: int, probabilities: np.ndarray, resamples: int, rng: np.random.Generator):
+    """Counts [chunk, len(probabilities)] of resamples of n draws, in chunks that bound memory."""
+    per_chunk = max(1, _CHUNK_ELEMENTS // max(1, probabilities.size))
+    for start in range(0, resamples, per_chunk):
+        yield rng.multinomial(n, probabilities, size=min(per_chunk, resamples - start))
+
+
+def bootstrap_mean(values: np.ndarray, *, resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
+    """Means of ``resamples`` bootstrap resamples (items drawn with replacement) of a 1-D array, float64.
+
+    Drawn as multinomial counts over the distinct values (identical in law to resampling items), so paired 0/1
+    differences cost O(resamples) whatever the number of items.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or v.size == 0:
+        raise ValueError(f"bootstrap needs a non-empty 1-D array, got shape {v.shape}")
+    if np.isnan(v).any():
+        raise ValueError("bootstrap values contain NaN")
+    distinct, counts = np.unique(v, return_counts=True)
+    rng = np.random.default_rng(seed)
+    chunks = [c @ distinct for c in _multinomial_chunks(v.size, counts / v.size, resamples, rng)]
+    return np.concatenate(chunks) / v.size
+
+
+def percentile_ci(draws: np.ndarray, level: float = CI_LEVEL) -> tuple[float, float]:
+    """Percentile interval of bootstrap draws at ``level`` (e.g. 0.95 -> 2.5th and 97.5th percentiles)."""
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(draws, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def paired_accuracy_difference(
+    reference_correct: np.ndarray,
+    condition_correct: np.ndarray,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    level: float = CI_LEVEL,
+) -> dict:
+    """Accuracy drop ``acc(reference) - acc(condition)`` over the same items, with its paired bootstrap CI and
+    the exact test.
+
+    ``reference_correct``: [n] 0/1, or [T, n] 0/1 for T random trials pooled (per-item mean over trials; the
+    exact test is then the sign test on per-item differences, McNemar's test when T = 1).
+    ``condition_correct``: [n] 0/1. Returns n, accuracies (fractions), ``drop``, ``ci_lo``/``ci_hi``, the
+    discordant counts ``only_reference``/``only_condition`` (items where that side is better) and ``p_value``.
+    """
+    ref = np.asarray(reference_correct, dtype=np.float64)
+    cond = np.asarray(condition_correct, dtype=np.float64)
+    if ref.ndim == 2:
+        ref = ref.mean(axis=0)
+    if ref.shape != cond.shape or cond.ndim != 1:
+        raise ValueError(f"paired outcomes need one length of items, got shapes {ref.shape} and {cond.shape}")
+    d = ref - cond
+    only_ref, only_cond, p = sign_test(d)
+    lo, hi = percentile_ci(bootstrap_mean(d, resamples=resamples, seed=seed), level)
+    return {
+        "n": int(d.size),
+        "acc_reference": float(ref.mean()),
+        "acc_condition": float(cond.mean()),
+        "drop": float(d.mean()),
+        "ci_lo": lo,
+        "ci_hi": hi,
+        "only_reference": only_ref,
+        "only_condition": only_cond,
+        "p_value": p,
+    }
+
+
+def window_nll_sums(window: np.ndarray, nll: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-token NLL grouped by window: (window ids sorted, summed NLL in nats float64, token counts)."""
+    window = np.asarray(window)
+    ids, inverse, counts = np.unique(window, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=np.asarray(nll, dtype=np.float64), minlength=ids.size)
+    return ids, sums, counts
+
+
+def paired_perplexity_ratio(
+    reference_sums: np.ndarray,
+    condition_sums: np.ndarray,
+    counts: np.ndarray,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    level: float = CI_LEVEL,
+) -> dict:
+    """Perplexity ratio ``ppl(condition) / ppl(reference)`` over the same windows, with a window bootstrap CI.
+
+    ``*_sums``: summed token NLL (nats) per window, [W] or [T, W] for T random trials (pooled: that side's
+    perplexity is the mean over its trials, as the paper averages perplexities over random trials);
+    ``counts``: tokens per window [W]. Perplexity = exp(sum NLL / sum tokens) over the resampled windows (each
+    window keeps its tokens together). Returns ppl of both sides, ``ratio``, ``ci_lo``/``ci_hi``, ``delta_nll``
+    (nats/token) and n_windows.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    ref = np.atleast_2d(np.asarray(reference_sums, dtype=np.float64))
+    cond = np.atleast_2d(np.asarray(condition_sums, dtype=np.float64))
+    if ref.shape[-1] != counts.size or cond.shape[-1] != counts.size:
+        raise ValueError(
+            f"window sums and counts disagree: {ref.shape[-1]}, {cond.shape[-1]} windows vs {counts.size} counts"
+        )
+
+    def ratio(weights: np.ndarray) -> np.ndarray:
+        tokens = weights @ counts  # [R]
+        ref_ppl = np.exp((weights @ ref.T) / tokens[:, None])  # [R, T_ref]
+        cond_ppl = np.exp((weights @ cond.T) / tokens[:, None])  # [R, T_cond]
+        return cond_ppl.mean(axis=1) / ref_ppl.mean(axis=1)
+
+    point = ratio(np.ones((1, counts.size)))[0]
+    rng = np.random.default_rng(seed)
+    uniform = np.full(counts.size, 1.0 / counts.size)
+    chunks = _multinomial_chunks(counts.size, uniform, resamples, rng)
+    draws = np.concatenate([ratio(w.astype(np.float64)) for w in chunks])
+    lo, hi = percentile_ci(draws, level)
+    total = counts.sum()
+    return {
+        "n_windows": int(counts.size),
+        "n_tokens": int(total),
+        "ppl_reference": float(np.exp(ref.sum(axis=1) / total).mean()),
+        "ppl_condition": float(np.exp(cond.sum(axis=1) / total).mean()),
+        "ratio": float(point),
+        "ci_lo": lo,
+        "ci_hi": hi,
+        "delta_nll": float((cond.sum(axis=1).mean() - ref.sum(axis=1).mean()) / total),
+    }

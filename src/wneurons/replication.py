@@ -1,0 +1,285 @@
+"""The replication layer: paired comparisons from per-item results, and the paper's claims table (C1-C29).
+
+Two jobs:
+
+- :func:`paired_job` reads the per-item results (``{benchmark}.items.parquet``) of the clean model and every
+  ablation condition of one checkpoint and writes ``paired/{benchmark}.parquet``: each comparison the paper makes
+  (W vs clean, W vs random, W vs matched, and every control vs clean) per group (overall, BLiMP linguistics term
+  and paradigm, TSE family and task) with the paired statistics of :mod:`wneurons.paired`; random controls pooled
+  over trials (as the paper's mean) and per trial.
+- :func:`replication_table_job` fills the claims table of ``shared/spec/analyses.md`` section F from the result
+  files a run has: one row per claim and model; a claim whose files are absent says "not run" and stays in the
+  table. The checks themselves live in :mod:`wneurons.claims`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from wneurons import io
+from wneurons.paired import paired_accuracy_difference, paired_perplexity_ratio, window_nll_sums
+
+log = logging.getLogger(__name__)
+
+# Groups of the per-item tables (the paper's figures break BLiMP down by term, TSE by family).
+ITEM_GROUPS = {"blimp": ("linguistics_term", "paradigm"), "tse": ("family", "task")}
+ITEM_COLUMNS = {
+    "blimp": ("item", "paradigm", "linguistics_term", "correct"),
+    "tse": ("item", "task", "family", "correct"),
+    "ppl": ("window", "position", "nll"),
+}
+
+
+def condition_key(condition: dict) -> str:
+    """``{scope}/{selector}/p{percent}``: the key of a condition in the aggregate JSONs (trials pooled)."""
+    return f"{condition['scope']}/{condition['selector']}/p{condition['percent']}"
+
+
+def read_items(path: str | Path, benchmark: str) -> pl.DataFrame:
+    """One per-item table, sorted by item (by position for ppl); a missing column is an error naming the file."""
+    frame = pl.read_parquet(path)
+    missing = [c for c in ITEM_COLUMNS[benchmark] if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: per-item {benchmark} table lacks column(s) {', '.join(missing)}")
+    return frame.sort("position" if benchmark == "ppl" else "item")
+
+
+def _comparisons(keys: dict[str, dict]) -> list[tuple[str, str]]:
+    """(reference, condition) pairs: every condition vs clean; W vs random and W vs matched at the same scope/p."""
+    pairs = [("clean", key) for key in sorted(keys)]
+    for key, c in sorted(keys.items()):
+        if c["selector"] != "wasserstein":
+            continue
+        for control in ("random", "matched"):
+            ref = condition_key(c | {"selector": control})
+            if ref in keys:
+                pairs.append((ref, key))
+    return pairs
+
+
+def _trial_views(trials: dict[int, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """[T, n] stacks: one trial alone ("t0"); several trials pooled (the paper's mean), then each alone."""
+    each = [(f"t{t}", trials[t][None, :]) for t in sorted(trials)]
+    if len(trials) == 1:
+        return each
+    return [("pooled", np.stack([trials[t] for t in sorted(trials)])), *each]
+
+
+def _accuracy_rows(
+    benchmark: str, clean: pl.DataFrame, tables: dict[str, dict[int, pl.DataFrame]], resamples: int, seed: int
+) -> list[dict]:
+    groups = ITEM_GROUPS[benchmark]
+    outcome = {"clean": {0: clean["correct"].to_numpy()}}
+    for key, trials in tables.items():
+        for t, frame in trials.items():
+            if not frame["item"].equals(clean["item"]):
+                raise ValueError(f"{benchmark} items of {key} trial {t} differ from the clean model's items")
+            outcome.setdefault(key, {})[t] = frame["correct"].to_numpy()
+    masks = [("overall", "all", np.ones(clean.height, dtype=bool))]
+    for column in groups:
+        values = clean[column].to_numpy()
+        masks += [(column, str(v), values == v) for v in np.unique(values)]
+    rows = []
+    keys = {k: _parse_key(k) for k in tables}
+    for reference, condition in _comparisons(keys):
+        # The side with trials (random) is viewed pooled and per trial; the other side has one outcome vector.
+        side = condition if reference == "clean" else reference
+        for trial, stack in _trial_views(outcome[side]):
+            ref = outcome["clean"][0][None, :] if reference == "clean" else stack
+            cond = stack if reference == "clean" else outcome[condition][0][None, :]
+            for kind, group, mask in masks:
+                stats = paired_accuracy_difference(
+                    ref[:, mask], cond[:, mask].mean(axis=0), resamples=resamples, seed=seed
+                )
+                rows.append(
+                    {
+                        "benchmark": benchmark,
+                        "reference": reference,
+                        "condition": condition,
+                        "trial": trial,
+                        "group_kind": kind,
+                        "group": group,
+                        **stats,
+                    }
+                )
+    return rows
+
+
+def _parse_key(key: str) -> dict:
+    scope, selector, percent = key.split("/")
+    return {"scope": scope, "selector": selector, "percent": percent[1:]}
+
+
+def _ppl_rows(clean: pl.DataFrame, tables: dict[str, dict[int, pl.DataFrame]], resamples: int, seed: int) -> list:
+    ids, clean_sums, counts = window_nll_sums(clean["window"].to_numpy(), clean["nll"].to_numpy())
+    sums = {"clean": {0: clean_sums}}
+    for key, trials in tables.items():
+        for t, frame in trials.items():
+            w, s, c = window_nll_sums(frame["window"].to_numpy(), frame["nll"].to_numpy())
+            if not (np.array_equal(w, ids) and np.array_equal(c, counts)):
+                raise ValueError(f"ppl windows of {key} trial {t} differ from the clean model's windows")
+            sums.setdefault(key, {})[t] = s
+    rows = []
+    keys = {k: _parse_key(k) for k in tables}
+    for reference, condition in _comparisons(keys):
+        side = condition if reference == "clean" else reference
+        for trial, stack in _trial_views(sums[side]):
+            ref = sums["clean"][0] if reference == "clean" else stack
+            cond = stack if reference == "clean" else sums[condition][0]
+            stats = paired_perplexity_ratio(ref, cond, counts, resamples=resamples, seed=seed)
+            rows.append({"benchmark": "ppl", "reference": reference, "condition": condition, "trial": trial, **stats})
+    return rows
+
+
+def paired_job(
+    benchmark: str,
+    clean_path: str,
+    condition_paths: list[str],
+    conditions: list[dict],
+    out_path: str,
+    *,
+    resamples: int,
+    seed: int,
+) -> pl.DataFrame:
+    """Paired comparisons of one benchmark at one checkpoint; ``conditions[i]`` (scope, selector, percent, trial)
+    describes ``condition_paths[i]``. Writes ``out_path`` (parquet, provenance in its footer) and returns it."""
+    start = time.perf_counter()
+    if len(condition_paths) != len(conditions):
+        raise ValueError(f"{len(condition_paths)} per-item files for {len(conditions)} conditions")
+    clean = read_items(clean_path, benchmark)
+    tables: dict[str, dict[int, pl.DataFrame]] = defaultdict(dict)
+    for path, condition in zip(condition_paths, conditions, strict=True):
+        tables[condition_key(condition)][int(condition["trial"])] = read_items(path, benchmark)
+    if benchmark == "ppl":
+        rows = _ppl_rows(clean, tables, resamples, seed)
+    else:
+        rows = _accuracy_rows(benchmark, clean, tables, resamples, seed)
+    frame = pl.DataFrame(rows)
+    scored = io.read_parquet_metadata(clean_path)  # the clean scoring job's provenance
+    meta = {
+        **{k: scored.get(k) for k in ("model", "revision", "convention", "data_sha256", "wneurons_version")},
+        "benchmark": benchmark,
+        "resamples": resamples,
+        "seed": seed,
+        "ci": "percentile bootstrap 95%, items resampled (ppl: windows), paired",
+        "test": "exact McNemar (sign test on per-item mean over trials when random trials are pooled)",
+        "clean_items": clean_path,
+        "clean_items_sha256": io.sha256_file(clean_path),
+        "drop": "acc(reference) - acc(condition); ppl: ratio = ppl(condition) / ppl(reference)",
+    }
+    io.write_parquet(out_path, frame, metadata=meta)
+    log.info("paired %s: %d rows in %.1f s", benchmark, frame.height, time.perf_counter() - start)
+    return frame
+
+
+# ---------------------------------------------------------------- the claims table
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def claims_markdown(rows: list[dict], link_base: str | Path) -> str:
+    """The claims table as Markdown; sources link relative to ``link_base`` (the directory of the .md file)."""
+    import os
+
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("holds", "does not hold", "not enough data", "not run")}
+    lines = [
+        "# Replication: the paper's claims on this run",
+        "",
+        "One row per claim of `shared/spec/analyses.md` §F and model (paper models, then this run's other models,",
+        'marked "not in paper"). Verdicts: ' + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".",
+        "CIs are 95% percentile bootstraps (paired over items, or over windows for perplexity);",
+        "McNemar tests are exact.",
+        "",
+        "| id | claim | model | paper | ours | 95% CI | test | verdict | source |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        links = ", ".join(f"[{Path(s).name}]({os.path.relpath(s, link_base)})" if s != "config" else "config"
+                          for s in r["sources"])  # fmt: skip
+        cells = [
+            r["id"],
+            r["claim"],
+            r["model"],
+            r["paper"],
+            r["ours"],
+            r["ci"],
+            r["test"],
+            f"**{r['verdict']}**",
+            links,
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def claims_html(rows: list[dict], provenance: dict, link_base: str | Path) -> str:
+    """The claims table as one self-contained HTML page with the run's provenance; every cell escaped."""
+    import html
+    import os
+
+    def e(x) -> str:
+        return html.escape(str(x), quote=True)
+
+    colour = {"holds": "#15803d", "does not hold": "#b91c1c", "not enough data": "#a16207", "not run": "#6b7280"}
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in colour}
+    out = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Replication: claims table</title>",
+        "<style>body{font:14px/1.4 system-ui,sans-serif;margin:1.5em}table{border-collapse:collapse}"
+        "td,th{border-bottom:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}"
+        "pre{background:#f6f6f6;padding:.5em;overflow:auto}</style></head><body>",
+        "<h1>The paper's claims on this run</h1>",
+        "<p>" + ", ".join(f"{e(k)}: {v}" for k, v in counts.items()) + ". CIs: 95% percentile bootstrap, paired "
+        "over items (BLiMP, TSE; exact McNemar tests) or windows (perplexity).</p>",
+        "<table><tr>" + "".join(f"<th>{h}</th>" for h in ("id", "claim", "model", "paper", "ours", "95% CI", "test",
+                                                          "verdict", "source")) + "</tr>",
+    ]  # fmt: skip
+    for r in rows:
+        links = ", ".join(
+            e(s) if s == "config" else f"<a href='{e(os.path.relpath(s, link_base))}'>{e(Path(s).name)}</a>"
+            for s in r["sources"]
+        )
+        cells = [e(r[k]) for k in ("id", "claim", "model", "paper", "ours", "ci", "test")]
+        verdict = f"<b style='color:{colour[r['verdict']]}'>{e(r['verdict'])}</b>"
+        out.append("<tr>" + "".join(f"<td>{c}</td>" for c in [*cells, verdict, links]) + "</tr>")
+    out.append("</table><h2>Provenance</h2><pre>" + e(json.dumps(provenance, indent=2, default=str)) + "</pre>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def run_provenance(run_spec: dict) -> dict:
+    """Per model, the provenance block of its clean BLiMP / TSE / perplexity results (when present), + config."""
+    models = {}
+    for name, spec in run_spec["models"].items():
+        blocks = {}
+        for bench in ("blimp", "tse", "ppl"):
+            path = Path(spec["files"].get(bench, ""))
+            if path.is_file():
+                blocks[bench] = io.read_json(path).get("provenance", {})
+        models[name] = {"revision": spec.get("revision"), "family": spec["family"], "results": blocks or "not run"}
+    return {"config": run_spec["config"], "data": run_spec["data"], "models": models}
+
+
+def replication_table_job(run_spec: dict, out_md: str, out_json: str, out_html: str | None = None) -> list[dict]:
+    """Fill the claims table from the result files named in ``run_spec`` (see :class:`wneurons.claims.Run`) and
+    write it as Markdown, JSON (rows + provenance) and, with ``out_html``, a self-contained HTML page."""
+    from wneurons.claims import Run, claim_rows
+
+    start = time.perf_counter()
+    run = Run(models=run_spec["models"], config=run_spec["config"], data=run_spec["data"])
+    rows = claim_rows(run)
+    provenance = run_provenance(run_spec)
+    io.write_json(out_json, {"claims": rows, "provenance": provenance})
+    with io.atomic_output(out_md, ".md") as tmp:
+        tmp.write_text(claims_markdown(rows, Path(out_md).parent))
+    if out_html:
+        with io.atomic_output(out_html, ".html") as tmp:
+            tmp.write_text(claims_html(rows, provenance, Path(out_html).parent))
+    verdicts = {v: sum(r["verdict"] == v for r in rows) for v in {r["verdict"] for r in rows}}
+    log.info("replication table: %d rows %s in %.1f s", len(rows), verdicts, time.perf_counter() - start)
+    return rows

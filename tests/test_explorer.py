@@ -1,0 +1,209 @@
+"""The neuron explorer: pure parts (histogram, extremes, escaping) and the site in a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import polars as pl
+import pytest
+
+from wneurons.explorer import (
+    embed_json,
+    extreme_positions,
+    index_html,
+    listed_neurons,
+    neuron_html,
+    sign_histogram,
+    write_explorer,
+)
+
+EVIL = "<script>window.__pwned = 1</script>"
+
+
+def test_embedded_json_cannot_close_its_script_element():
+    text = embed_json([{"token": "</script><script>alert(1)</script>", "amp": "a&b"}])
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == [{"token": "</script><script>alert(1)</script>", "amp": "a&b"}]
+
+
+def test_sign_histogram_splits_by_raw_sign_and_integrates_to_one():
+    rng = np.random.default_rng(0)
+    y = np.concatenate([rng.normal(-2.0, 0.3, 3000), rng.normal(1.0, 1.0, 7000)])
+    h = sign_histogram(y, bins=60)
+    assert sum(h["negative"]) == int((y < 0).sum())
+    assert sum(h["positive"]) == int((y >= 0).sum())
+    width = h["edges"][1] - h["edges"][0]
+    total = (np.add(h["negative"], h["positive"]) * h["density_scale"] * width).sum()
+    assert total == pytest.approx(1.0)
+    assert h["zero_at"] == pytest.approx(-y.mean() / y.std())
+    with pytest.raises(ValueError, match="constant"):
+        sign_histogram(np.ones(10))
+
+
+def test_extreme_positions_are_ordered():
+    y = np.array([0.5, -3.0, 2.0, -1.0, 7.0, 0.0])
+    low, high = extreme_positions(y, 2)
+    assert low.tolist() == [1, 3] and high.tolist() == [4, 2]
+
+
+def test_listed_neurons_ranks_within_each_layer():
+    stats = pl.DataFrame(
+        {
+            "layer": [0, 0, 0, 1, 1, 1],
+            "neuron": [0, 1, 2, 0, 1, 2],
+            "wd": [0.1, 0.5, float("nan"), 0.3, 0.2, 0.9],
+            "md": [3.0, 1.0, 2.0, 1.0, 5.0, 2.0],
+        }
+    )
+    listed = listed_neurons(stats, 2, None)
+    assert listed.select("layer", "neuron", "wd_rank").rows() == [(0, 1, 1), (0, 0, 2), (1, 2, 1), (1, 0, 2)]
+    assert listed.filter(pl.col("layer") == 1)["md_rank"].to_list() == [2, 3]
+
+
+def record(layer: int, neuron: int, wd: float, neg_share: float, md: float, token: str = "the") -> dict:
+    rng = np.random.default_rng(layer * 100 + neuron)
+    y = np.concatenate([rng.normal(-1.5, 0.2, 400), rng.normal(0.5, 1.0, 600)])
+    context = {"y": -4.2, "left": "a b ", "token": token, "right": " c d"}
+    return {
+        "model": "toy",
+        "revision": "main",
+        "layer": layer,
+        "neuron": neuron,
+        "wd": wd,
+        "wd_negative": wd * neg_share,
+        "wd_positive": wd * (1 - neg_share),
+        "frac_negative": 0.4,
+        "md": md,
+        "wd_rank": 1,
+        "md_rank": 3,
+        "layer_size": 96,
+        "neg_share": neg_share,
+        "neg_per_token": (neg_share / 0.4) / ((1 - neg_share) / 0.6),
+        "histogram": sign_histogram(y),
+        "negative_contexts": [context],
+        "positive_contexts": [context | {"y": 3.1, "token": "of"}],
+        "pairs_note": "hand-made pairs",
+        "pairs": [
+            {
+                "rank": 1,
+                "sign": "nn",
+                "r": 12.5,
+                "context_i": f"x [[{token}]] y",
+                "upos_i": "DET",
+                "dep_i": "det",
+                "y_i": -2.0,
+                "context_j": "u [[for]] v",
+                "upos_j": "ADP",
+                "dep_j": "prep",
+                "y_j": -0.4,
+            }
+        ],
+        "checkpoints": [{"revision": "step1000", "wd": wd / 2, "rank": 7}],
+    }
+
+
+def site_records() -> list[dict]:
+    return [
+        record(0, 5, 0.8, 0.9, 1.5, token=EVIL),
+        record(0, 9, 0.5, 0.2, 3.0),
+        record(1, 2, 1.2, 0.6, 0.7),
+        record(2, 7, 0.3, 0.95, 2.2),
+    ]
+
+
+def test_pages_escape_data_and_say_what_is_missing():
+    rec = record(0, 5, 0.8, 0.9, 1.5, token=EVIL)
+    page = neuron_html(rec)
+    assert EVIL not in page and html_escaped(EVIL) in page
+    assert page.count("<script") == 0
+    assert len(re.findall(r"<rect class='bar (?:neg|pos)'", page)) > 10
+    no_pairs = neuron_html(rec | {"pairs": None, "pairs_note": "no pair sample <b>here</b>", "checkpoints": []})
+    assert "not computed: no pair sample &lt;b&gt;here&lt;/b&gt;" in no_pairs
+    assert "no checkpoints of this model in the run" in no_pairs
+    index = index_html("toy<i>", "main", [{"layer": 0, "top_negative_token": EVIL}], "note")
+    assert EVIL not in index and "toy&lt;i&gt;" in index
+
+
+def html_escaped(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=True)
+
+
+def test_write_explorer_writes_index_and_one_page_per_neuron(tmp_path):
+    write_explorer(tmp_path / "explorer", "toy", "main", site_records(), "note", bundle=tmp_path / "explorer.html")
+    names = sorted(p.name for p in (tmp_path / "explorer").iterdir())
+    assert names == ["L0_N5.html", "L0_N9.html", "L1_N2.html", "L2_N7.html", "index.html"]
+    bundle = (tmp_path / "explorer.html").read_text()
+    assert bundle.count("<section id=") == 5 and "id='L2_N7'" in bundle and EVIL not in bundle
+
+
+# ---------------------------------------------------------------- a real browser
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture
+def browser():
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("no chromium + chromedriver installed (make browser installs Debian's chromium, chromium-driver)")
+    from selenium import webdriver  # a dev dependency: missing it is an install error, not a reason to skip
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def column(driver, index: int) -> list[str]:
+    rows = driver.find_elements("css selector", "#table tbody tr")
+    return [r.find_elements("tag name", "td")[index].text for r in rows]
+
+
+def test_explorer_in_a_headless_browser(tmp_path, browser):
+    write_explorer(tmp_path / "explorer", "toy", "main", site_records(), "note")
+    browser.get((tmp_path / "explorer" / "index.html").as_uri())
+    # The index loads, drawn by its script from the embedded JSON, sorted by WD (descending) at first.
+    assert column(browser, 0) == ["L1 N2", "L0 N5", "L0 N9", "L2 N7"]
+    assert EVIL in column(browser, 9)  # the token is shown as text ...
+    assert browser.execute_script("return window.__pwned === undefined")  # ... and never ran
+    browser.find_element("css selector", "button[data-key='neg_share']").click()
+    shares = [float(v) for v in column(browser, 4)]
+    assert shares == sorted(shares, reverse=True) and shares[0] == pytest.approx(0.95)
+    browser.find_element("css selector", "button[data-key='neg_share']").click()  # second click: ascending
+    assert [float(v) for v in column(browser, 4)] == sorted(shares)
+    browser.find_element("css selector", "button[data-key='md']").click()
+    assert [float(v) for v in column(browser, 6)] == [3.0, 2.2, 1.5, 0.7]
+
+    # A neuron page: histogram drawn, pairs listed, the <script> token shown as text and not executed.
+    browser.find_element("link text", "L0 N5").click()
+    assert browser.current_url.endswith("L0_N5.html")
+    bars = browser.find_elements("css selector", "svg.hist rect.bar")
+    assert len(bars) > 10 and all(float(b.get_attribute("height")) >= 0 for b in bars)
+    assert browser.find_elements("css selector", "svg.hist polyline.normal")
+    pairs = browser.find_elements("css selector", "table.pairs tr")
+    assert len(pairs) == 2 and "NN" in pairs[1].text and "DET, det" in pairs[1].text
+    assert EVIL in browser.find_element("css selector", "table.negative_contexts").text
+    assert EVIL in pairs[1].text
+    marked = [e.text for e in pairs[1].find_elements("css selector", "span.tok")]
+    assert marked == [EVIL, "for"]  # the pair's tokens, highlighted, still text
+    assert browser.execute_script("return window.__pwned === undefined")
+    assert not browser.find_elements("css selector", "body script")
+
+    # The single-file bundle (what the HTML report embeds): index first, a neuron section by its anchor.
+    write_explorer(tmp_path / "site2", "toy", "main", site_records(), "note", bundle=tmp_path / "explorer.html")
+    browser.get((tmp_path / "explorer.html").as_uri())
+    assert browser.find_element("id", "index").is_displayed()
+    assert column(browser, 0) == ["L1 N2", "L0 N5", "L0 N9", "L2 N7"]
+    browser.find_element("link text", "L2 N7").click()
+    section = browser.find_element("id", "L2_N7")
+    assert section.is_displayed() and not browser.find_element("id", "index").is_displayed()
+    assert len(section.find_elements("css selector", "svg.hist rect.bar")) > 10
+    assert browser.execute_script("return window.__pwned === undefined")

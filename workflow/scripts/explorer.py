@@ -1,0 +1,16 @@
+from wneurons.explorer import explorer_job
+from wneurons.jobs import logged_to
+
+with logged_to(snakemake.log[0]):
+    explorer_job(
+        snakemake.params.model,
+        snakemake.input.shards,
+        snakemake.input.neurons,
+        snakemake.input.wikitext,
+        snakemake.output.site,
+        snakemake.params.spec["explorer"],
+        checkpoint_tables=dict(zip(snakemake.params.spec["checkpoints"], snakemake.input.checkpoints, strict=True)),
+        bundle=snakemake.output.bundle,
+        sample_dir=snakemake.input.get("sample"),
+        tags_path=snakemake.input.get("tags"),
+    )
