@@ -851,6 +851,8 @@ try:
     }
 except (ValueError, FileNotFoundError) as err:
     sys.exit(f"config: {err}")
+
+
 # ---------------------------------------------------------------- replication report (issue 13)
 # Paths, targets, inputs and params of workflow/rules/report.smk.
 def paired_path(model, revision, benchmark):
