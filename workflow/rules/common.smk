@@ -912,18 +912,17 @@ def _model_files(model):
     }
     if conditions_for(config, model, r):
         files |= {f"paired_{b}": paired_path(model, r, b) for b in BENCHMARKS}
-    # Analyses (issue 11) through their path helpers; training dynamics (issue 12) as spelled in
-    # shared/spec/analyses.md §D "Outputs" until its path helpers are merged.
+    # Analyses (issue 11) and training dynamics (issue 12) through their path helpers.
     files |= {
         "pos_surprisal": pos_surprisal_path(model, r),
         "composition": pair_composition_path(model, r),
         "figure5_pairs": case_study_path(model, r, "figure5_pairs.csv"),
         "figure5_robustness": case_study_path(model, r, "figure5_robustness.json"),
         "layerwise": layerwise_path(model, r, "layerwise_nn_vs_error.parquet"),
-        "emergence": f"results/{model}/training/emergence.parquet",
-        "cosine_drift": f"results/{model}/training/cosine_drift.parquet",
-        "pair_signs_training": f"results/{model}/training/pair_signs.parquet",
-        "ablation_vs_wd": f"results/{model}/training/ablation_vs_wd.parquet",
+        "emergence": training_path(model, "emergence.parquet"),
+        "cosine_drift": training_path(model, "cosine_drift.parquet"),
+        "pair_signs_training": training_path(model, "pair_signs.parquet"),
+        "ablation_vs_wd": training_path(model, "ablation_vs_wd.parquet"),
     }
     return files
 
@@ -939,12 +938,20 @@ def _analysis_files(model):
         keys.append("layerwise")
     if config["pos"]["model"] == model:
         keys.append("pos_surprisal")
+    if model in training_models():
+        keys.append("emergence")
+    if model in drift_models():
+        keys.append("cosine_drift")
+    if model in pair_models():
+        keys.append("pair_signs_training")
+    if model in ablation_models():
+        keys.append("ablation_vs_wd")
     return keys
 
 
 def replication_inputs(wildcards):
-    """The files the claims table is built from: results, paired tables and the analyses the config runs
-    (training-dynamics files are read when present)."""
+    """The files the claims table is built from: results, paired tables and the analyses (including the
+    training dynamics) the config runs."""
     inputs = []
     for model in MODELS:
         files = _model_files(model)
