@@ -4,8 +4,8 @@
 #
 #   bash .ci/slurm/run-demo.sh        # after `make demo`; .ci/run calls it
 #
-# The local run's results/, logs/, resources/models and resources/activations are moved to $REFERENCE, so the
-# SLURM run converts the model, collects the activations and scores everything itself; the fetched data
+# The local run's results/, logs/, resources/models, resources/(kept-)activations and resources/suites are moved
+# to $REFERENCE, so the SLURM run converts the model, collects the activations and scores everything itself; the fetched data
 # (resources/data: a checksummed copy, no computation) is kept. Checked: Snakemake succeeds within $TIMEOUT s;
 # every job of a GPU rule was submitted with --gpus=1 and SLURM recorded a gpu request for it, and no other job
 # asked for one; `python -m wneurons.compare` finds no difference; the activation shards are byte-identical.
@@ -14,7 +14,7 @@
 # Environment (defaults run the demo in the repository; the others let it run on the tiny test project):
 #   SLURM_DEMO_DIR        working directory (Snakemake -d) holding the local run     (default: the repository)
 #   SLURM_DEMO_CONFIG     config file                                                 (default config/demo.yaml)
-#   SLURM_DEMO_TARGETS    targets                                                     (default all)
+#   SLURM_DEMO_TARGETS    targets (other than `all`: results compared with --subset)  (default all)
 #   SLURM_DEMO_TIMEOUT    seconds before Snakemake is killed                          (default 3600)
 #   SLURM_DEMO_REFERENCE  where the local run is moved             (default $SLURM_DEMO_DIR/.snakemake/ci-local-run)
 set -euo pipefail
@@ -40,7 +40,7 @@ die() { log "ERROR: $*"; exit 1; }
 # 1. The local run becomes the reference.
 rm -rf "$REFERENCE"
 mkdir -p "$REFERENCE"
-for d in results logs resources/models resources/activations; do
+for d in results logs resources/models resources/activations resources/kept-activations resources/suites; do
   if [ -e "$WORKDIR/$d" ]; then
     mkdir -p "$(dirname "$REFERENCE/$d")"
     mv "$WORKDIR/$d" "$REFERENCE/$d"
@@ -111,11 +111,17 @@ if not calls or not any(r in submitted for r in gpu_rules) or len(allocated) < l
 PY
 
 # 5. Same results as the local run.
-"$PYTHON" -m wneurons.compare "$REFERENCE/results" "$WORKDIR/results"
-if [ -d "$REFERENCE/resources/activations" ]; then
-  # index.json records timings; every array must be byte-identical.
-  diff -rq -x index.json "$REFERENCE/resources/activations" "$WORKDIR/resources/activations" \
-    || die "activation shards differ between the local and the SLURM run"
-  log "activation shards identical"
+# A run of a few targets is compared file by file with the matching part of the full local run.
+SUBSET=()
+[ "${TARGETS[*]}" = all ] || SUBSET=(--subset)
+"$PYTHON" -m wneurons.compare "${SUBSET[@]}" "$REFERENCE/results" "$WORKDIR/results"
+# Shards are temporary (deleted once their statistics are written); the ones a later job reads are kept as hard
+# links under resources/kept-activations. index.json records timings; every array must be byte-identical.
+if [ -d "$WORKDIR/resources/kept-activations" ]; then
+  for kept in "$WORKDIR"/resources/kept-activations/*/*; do
+    rel=${kept#"$WORKDIR"/}
+    diff -rq -x index.json "$REFERENCE/$rel" "$kept" || die "kept activation shards $rel differ between the local and the SLURM run"
+  done
+  log "kept activation shards identical"
 fi
 log "SLURM demo run: ${wall}s, results identical to the local run"

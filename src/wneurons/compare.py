@@ -36,11 +36,15 @@ def _result_files(root: Path) -> set[str]:
     }
 
 
-def compare_result_trees(a: str | Path, b: str | Path) -> list[str]:
-    """Differences between two result directories (JSON and parquet files); empty when identical."""
+def compare_result_trees(a: str | Path, b: str | Path, *, subset: bool = False) -> list[str]:
+    """Differences between two result directories (JSON and parquet files); empty when identical.
+
+    ``subset=True``: ``b`` may hold only some of ``a``'s files (a run of a few targets against a full run); every
+    file of ``b`` must still be in ``a`` and equal to it.
+    """
     a, b = Path(a), Path(b)
     files_a, files_b = _result_files(a), _result_files(b)
-    problems = [f"only in {a}: {f}" for f in sorted(files_a - files_b)]
+    problems = [] if subset else [f"only in {a}: {f}" for f in sorted(files_a - files_b)]
     problems += [f"only in {b}: {f}" for f in sorted(files_b - files_a)]
     for rel in sorted(files_a & files_b):
         if rel.endswith(".json"):
@@ -58,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a")
     parser.add_argument("b")
+    parser.add_argument("--subset", action="store_true", help="b may hold only some of a's files")
     args = parser.parse_args(argv)
-    problems = compare_result_trees(args.a, args.b)
-    n = len(_result_files(Path(args.a)))
+    problems = compare_result_trees(args.a, args.b, subset=args.subset)
+    n = len(_result_files(Path(args.b if args.subset else args.a)))
     for line in problems:
         print(line)
     print(f"compared {n} result files: {'identical' if not problems else f'{len(problems)} differences'}")
