@@ -213,7 +213,7 @@ def _single_layer_outputs(root, layers):
         out = snakemake(root, "-n", "all").stdout
     finally:
         (root / "config.yaml").write_text(original)
-    return re.findall(r"output: (results/tiny-llama/main/ablations/l\d+/\S+)", out)
+    return re.findall(r"output: (results/tiny-llama/main/ablations/l\d+/[^\s,]+)", out)
 
 
 def test_single_layer_scopes_enumerate_one_job_per_layer_and_benchmark(tiny_run):
