@@ -104,7 +104,11 @@ def test_correlation_with_bootstrap_ci():
     bowl = training.correlation_with_ci(x, (x - x.mean()) ** 2, n_boot=500, seed=3)  # r = 0 exactly
     assert bowl["pearson_r"] == pytest.approx(0.0, abs=1e-12)
     assert bowl["pearson_ci"][0] < 0 < bowl["pearson_ci"][1]
-    assert math.isnan(training.correlation_with_ci([1, 2], [3, 4])["pearson_r"])
+    short = training.correlation_with_ci([1, 2], [3, 4])
+    assert short["pearson_r"] is None and short["undefined"] == "2 finite pairs (needs 3)"
+    flat = training.correlation_with_ci(x, np.zeros_like(x))  # e.g. an ablation that changes no decision
+    assert flat["spearman_ci"] == [None, None] and flat["undefined"] == "y is constant"
+    json.dumps(flat, allow_nan=False)  # results are written with allow_nan=False
 
 
 def _fake_checkpoint(directory, step_name):

@@ -532,6 +532,11 @@ def c22_ablation_vs_wd(run: Run, model: str) -> Outcome:
             rows = f.filter((pl.col("benchmark") == bench) & (pl.col("selector") == selector))
             if rows.height < 3:
                 continue
+            if rows["cohort_wd_mean"].n_unique() == 1 or rows["error_increase"].n_unique() == 1:
+                # r is undefined: no evidence for the cohort, and a control that never moves does not correlate
+                parts.append(f"{bench} {selector}: r undefined (a constant side)")
+                verdicts.append(NO_DATA if selector == "wasserstein" else HOLDS)
+                continue
             r, p = stats.pearsonr(rows["cohort_wd_mean"], rows["error_increase"])
             parts.append(f"{bench} {selector}: r = {_fmt(r)}")
             verdicts.append(

@@ -600,12 +600,21 @@ def figure2d(tables: dict[str, pl.DataFrame], summaries: dict[str, dict], *, out
                 table[field],
                 marker="o",
                 markersize=3,
-                label=f"{model}: r={c['pearson_r']:.2f} [{c['pearson_ci'][0]:.2f}, {c['pearson_ci'][1]:.2f}]",
+                label=f"{model}: {_correlation_label(c)}",
             )
         ax.set_xlabel("cohort mean WD at the checkpoint")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
     _save(fig, out_path)
+
+
+def _correlation_label(c: dict) -> str:
+    """'r=0.83 [0.41, 0.97]' from training.correlation_with_ci, or why r is undefined."""
+    if c["pearson_r"] is None:
+        return f"r undefined ({c['undefined']})"
+    lo, hi = c["pearson_ci"]
+    ci = "no CI" if lo is None else f"[{lo:.2f}, {hi:.2f}]"
+    return f"r={c['pearson_r']:.2f} {ci}"
 
 
 def figure6cd(table: pl.DataFrame, summary: dict, *, model: str, out_path: str | os.PathLike) -> None:
@@ -625,7 +634,7 @@ def figure6cd(table: pl.DataFrame, summary: dict, *, model: str, out_path: str |
                 rows["cohort_wd_mean"].to_numpy(),
                 rows["error_increase"],
                 rows["error_increase_sem"].fill_null(0.0),
-                label=f"{label}: r={c['pearson_r']:.2f} [{c['pearson_ci'][0]:.2f}, {c['pearson_ci'][1]:.2f}]",
+                label=f"{label}: {_correlation_label(c)}",
             )
         ax.axhline(0.0, color="black", linewidth=0.6)
         ax.set_xlabel("cohort mean WD at the checkpoint")

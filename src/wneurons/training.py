@@ -343,15 +343,33 @@ def check_integrity(hashes: Mapping[str, str], final_revision: str) -> None:
 def correlation_with_ci(x: Iterable[float], y: Iterable[float], *, n_boot: int = 2000, seed: int = 0) -> dict:
     """Pearson r and Spearman rho of paired values with percentile bootstrap 95% CIs (pairs resampled with
     replacement, ``default_rng(seed)``; resamples with a constant side are skipped and counted).
-    Fewer than 3 finite pairs give NaN throughout."""
+    Where a correlation is undefined (fewer than 3 finite pairs, or one side constant) every statistic is None
+    and ``undefined`` says why: results are JSON, which has no NaN."""
     xa, ya = np.asarray(list(x), dtype=np.float64), np.asarray(list(y), dtype=np.float64)
     keep = np.isfinite(xa) & np.isfinite(ya)
     xa, ya = xa[keep], ya[keep]
     n = xa.size
-    nan = {"pearson_r": math.nan, "pearson_ci": [math.nan, math.nan], "spearman_rho": math.nan}
-    nan |= {"spearman_ci": [math.nan, math.nan], "n": int(n), "n_boot": n_boot, "n_boot_used": 0, "seed": seed}
-    if n < 3 or np.ptp(xa) == 0 or np.ptp(ya) == 0:
-        return nan
+    why = (
+        f"{n} finite pairs (needs 3)"
+        if n < 3
+        else "x is constant"
+        if np.ptp(xa) == 0
+        else "y is constant"
+        if np.ptp(ya) == 0
+        else None
+    )
+    if why is not None:
+        return {
+            "pearson_r": None,
+            "pearson_ci": [None, None],
+            "spearman_rho": None,
+            "spearman_ci": [None, None],
+            "n": int(n),
+            "n_boot": n_boot,
+            "n_boot_used": 0,
+            "seed": seed,
+            "undefined": why,
+        }
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(n_boot, n))
     bx, by = xa[idx], ya[idx]
@@ -361,9 +379,9 @@ def correlation_with_ci(x: Iterable[float], y: Iterable[float], *, n_boot: int =
     spearman_boot = _rowwise_pearson(_ranks(bx), _ranks(by))
     return {
         "pearson_r": float(sstats.pearsonr(xa, ya).statistic),
-        "pearson_ci": np.percentile(pearson_boot, [2.5, 97.5]).tolist() if ok.any() else [math.nan] * 2,
+        "pearson_ci": np.percentile(pearson_boot, [2.5, 97.5]).tolist() if ok.any() else [None, None],
         "spearman_rho": float(sstats.spearmanr(xa, ya).statistic),
-        "spearman_ci": np.percentile(spearman_boot, [2.5, 97.5]).tolist() if ok.any() else [math.nan] * 2,
+        "spearman_ci": np.percentile(spearman_boot, [2.5, 97.5]).tolist() if ok.any() else [None, None],
         "n": int(n),
         "n_boot": n_boot,
         "n_boot_used": int(ok.sum()),
