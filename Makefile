@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 # (figures, the claims table, the neuron explorer) with its caption, plus the rules, runtimes and config, in one
 # self-contained HTML file. It reads finished outputs only, so it cannot be a rule of the DAG it describes.
 demo: install
-	$(SNAKEMAKE) $(DEMO) --cores $(CORES) all
+	$(SNAKEMAKE) $(DEMO) --cores $(CORES) --force-use-threads all
 	$(MAKE) report
 
 report: install

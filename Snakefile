@@ -12,6 +12,12 @@ if not workflow.config_settings.configfiles:
     configfile: "config/config.yaml"
 
 
+# `gpu` counts the GPUs of one machine (`--resources gpu=N` there) or of one submitted SLURM job, never of the whole
+# cluster: the SLURM profile's gpu=1 caps each group job at one GPU, not the cluster at one job.
+resource_scopes:
+    gpu="local",
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/neurons.smk"
@@ -38,3 +44,4 @@ rule all:
     input:
         all_targets,
         analysis_targets,
+    localrule: True

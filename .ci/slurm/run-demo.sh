@@ -86,13 +86,21 @@ snakemake_log, queue_log, *gpu_rules = sys.argv[1:]
 text = open(snakemake_log).read()
 run_id = re.search(r"SLURM run ID: (\S+)", text).group(1)  # the plugin's job name for this run's jobs
 calls = [line for line in text.splitlines() if "sbatch call:" in line]
-rule_of = re.compile(r"rule_([A-Za-z0-9_]+?)(?:_wildcards_|['\" ]|$)")
+# A job's comment is rule_<rule>[_wildcards_...]; a group job's (profiles/slurm `groups`) is rule_gpu-<model>-<rev>,
+# and it holds GPU rules' jobs only.
+rule_of = re.compile(r"rule_([A-Za-z0-9_-]+?)(?:_wildcards_|['\" ]|$)")
 problems, submitted = [], {}
+
+
+def wants_gpu(rule):
+    return rule in gpu_rules or rule.startswith("gpu-")
+
+
 for call in calls:
     rule = rule_of.search(call).group(1)
     gpu = re.search(r"--gpus[= ]1\b", call) is not None
     submitted.setdefault(rule, []).append(gpu)
-    if gpu != (rule in gpu_rules):
+    if gpu != wants_gpu(rule):
         problems.append(f"{rule}: sbatch call {'with' if gpu else 'without'} --gpus=1")
 allocated = {}
 for line in open(queue_log):
@@ -100,13 +108,15 @@ for line in open(queue_log):
     if name == run_id:
         allocated[jobid] = (rule_of.search(comment).group(1), "gpu" in tres)
 for rule, gpu in allocated.values():
-    if gpu != (rule in gpu_rules):
+    if gpu != wants_gpu(rule):
         problems.append(f"{rule}: SLURM job {'with' if gpu else 'without'} a gpu request")
-missing = [r for r in gpu_rules if r in submitted and not any(g for g in submitted[r])]
+missing = [r for r in submitted if wants_gpu(r) and not any(submitted[r])]
 for rule, flags in sorted(submitted.items()):
     print(f"  {rule}: {len(flags)} sbatch calls, {sum(flags)} with --gpus=1")
 print(f"  SLURM listed {len(allocated)} jobs, {sum(g for _, g in allocated.values())} requesting a gpu")
-if not calls or not any(r in submitted for r in gpu_rules) or len(allocated) < len(calls) or problems + missing:
+groups = [r for r in submitted if r.startswith("gpu-")]
+print(f"  {len(calls)} sbatch calls, {len(groups)} of them group jobs")
+if not calls or not any(wants_gpu(r) for r in submitted) or len(allocated) < len(calls) or problems + missing:
     sys.exit("GPU request check failed: " + "; ".join(problems + missing or ["no GPU job seen"]))
 PY
 

@@ -18,7 +18,7 @@ import polars as pl
 
 from wneurons import io
 from wneurons.case_study import FUNCTION_WORDS
-from wneurons.jobs import _data_provenance, _model_provenance, load_configured_model, window_bos_of
+from wneurons.jobs import _data_provenance, _model_provenance, configured_model, window_bos_of
 
 log = logging.getLogger("wneurons")
 
@@ -81,10 +81,9 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
     the windows that hold them. ``source: test_shards`` reuses the activation shards' MD positions (test split):
     no model run, only the tokenizer.
     """
-    from transformers import AutoTokenizer
-
     from wneurons.activations import ShardIndex, collect_projection_rows
     from wneurons.data import load_wikitext
+    from wneurons.models import load_tokenizer
     from wneurons.pairs import draw_pair_positions
     from wneurons.scoring import window_bos_token
 
@@ -104,29 +103,28 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
             y = np.asarray(blocks[positions // window, :, positions % window], dtype=np.float32)
             layers.append((np.asarray(index.x_md(layer)[:n], dtype=np.float32), y))
         source = spec.get("hub_id") or spec.get("local_path")
-        kwargs = {"revision": spec["revision"]} if "hub_id" in spec else {}
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        tokenizer = load_tokenizer(source, spec["revision"] if "hub_id" in spec else None)
         text = load_wikitext(Path(wikitext_dir) / "wiki.test.raw")
         ids, spans = _encode(tokenizer, text)
     else:
-        model, tokenizer = load_configured_model(spec, params["dtype"])
-        text = load_wikitext(Path(wikitext_dir) / "wiki.valid.raw")
-        ids, spans = _encode(tokenizer, text)
-        window, split = params["window"], "validation"
-        usable = len(ids) if params["max_tokens"] is None else min(len(ids), params["max_tokens"])
-        n_windows = usable // window
-        if n_windows < 1:
-            raise ValueError(
-                f"{spec['name']}: the validation text has {len(ids)} tokens, less than one window ({window})"
-            )
-        import torch
+        with configured_model(spec, params["dtype"]) as (model, tokenizer):
+            text = load_wikitext(Path(wikitext_dir) / "wiki.valid.raw")
+            ids, spans = _encode(tokenizer, text)
+            window, split = params["window"], "validation"
+            usable = len(ids) if params["max_tokens"] is None else min(len(ids), params["max_tokens"])
+            n_windows = usable // window
+            if n_windows < 1:
+                raise ValueError(
+                    f"{spec['name']}: the validation text has {len(ids)} tokens, less than one window ({window})"
+                )
+            import torch
 
-        windows = torch.from_numpy(ids[: n_windows * window].reshape(n_windows, window))
-        positions = draw_pair_positions(n_windows * window, n, params["seed"])
-        # Windows fed as the activation shards are (a BOS first where the family / config says so).
-        window_bos, window_bos_reason = window_bos_of(spec, model, tokenizer)
-        bos = window_bos_token(tokenizer, window_bos)
-        layers = collect_projection_rows(model, windows, positions, model_name=spec["name"], bos=bos)
+            windows = torch.from_numpy(ids[: n_windows * window].reshape(n_windows, window))
+            positions = draw_pair_positions(n_windows * window, n, params["seed"])
+            # Windows fed as the activation shards are (a BOS first where the family / config says so).
+            window_bos, window_bos_reason = window_bos_of(spec, model, tokenizer)
+            bos = window_bos_token(tokenizer, window_bos)
+            layers = collect_projection_rows(model, windows, positions, model_name=spec["name"], bos=bos)
     meta = {
         "source": params["source"],
         "split": split,

@@ -421,10 +421,9 @@ def explorer_job(
     """
     import hashlib
 
-    from transformers import AutoTokenizer
-
     from wneurons.activations import ShardIndex
     from wneurons.data import load_wikitext
+    from wneurons.models import load_tokenizer
 
     start = time.perf_counter()
     stats = pl.read_parquet(neurons_path)
@@ -434,7 +433,7 @@ def explorer_job(
     if hashlib.sha256(text.encode("utf-8")).hexdigest() != shard.meta["text_sha256"]:
         raise ValueError(f"explorer: {shards_dir} was not collected from {wikitext_dir}/wiki.test.raw")
     source = spec.get("hub_id") or spec.get("local_path")
-    tokenizer = AutoTokenizer.from_pretrained(source, **({"revision": spec["revision"]} if "hub_id" in spec else {}))
+    tokenizer = load_tokenizer(source, spec["revision"] if "hub_id" in spec else None)
     ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"][: shard.n_tokens], dtype=np.int64)
     tokens, pairs_note, sample_layers = None, "no pair sample of this model in the run (analyses pairs)", {}
     if sample_dir:

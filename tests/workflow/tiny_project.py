@@ -156,6 +156,8 @@ def snakemake_command(root: Path, *args: str) -> list[str]:
         str(root),
         "--configfile",
         str(root / "config.yaml"),
+        # as `make demo` and profiles/local: `run:` jobs in threads of this process (wneurons.inprocess)
+        "--force-use-threads",
         *args,
     ]
 

@@ -9,8 +9,6 @@ rule score_clean:
         "logs/score_clean/{model}/{revision}/{benchmark}.log",
     benchmark:
         "benchmarks/score_clean/{model}/{revision}/{benchmark}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         gpu=1,
@@ -19,8 +17,8 @@ rule score_clean:
     params:
         model=model_spec,
         evaluation=evaluation_params,
-    script:
-        "../scripts/score.py"
+    run:
+        run_script("score.py", input, output, params, wildcards, threads, log)
 
 
 rule matched_search:
@@ -32,8 +30,6 @@ rule matched_search:
         "logs/matched_search/{model}/{revision}/{scope}/p{fraction}.log",
     benchmark:
         "benchmarks/matched_search/{model}/{revision}/{scope}/p{fraction}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         gpu=1,
@@ -43,8 +39,8 @@ rule matched_search:
         model=model_spec,
         evaluation=evaluation_params,
         search=search_spec,
-    script:
-        "../scripts/matched_search.py"
+    run:
+        run_script("matched_search.py", input, output, params, wildcards, threads, log)
 
 
 rule score_ablation:
@@ -59,8 +55,6 @@ rule score_ablation:
         "logs/score_ablation/{model}/{revision}/{scope}/{selector}/p{fraction}/t{trial}/{benchmark}.log",
     benchmark:
         "benchmarks/score_ablation/{model}/{revision}/{scope}/{selector}/p{fraction}/t{trial}/{benchmark}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         gpu=1,
@@ -70,8 +64,8 @@ rule score_ablation:
         model=model_spec,
         evaluation=evaluation_params,
         condition=condition_spec,
-    script:
-        "../scripts/score.py"
+    run:
+        run_script("score.py", input, output, params, wildcards, threads, log)
 
 
 rule aggregate_scores:
@@ -83,7 +77,8 @@ rule aggregate_scores:
         "logs/aggregate_scores/{model}/{revision}/{benchmark}.log",
     benchmark:
         "benchmarks/aggregate_scores/{model}/{revision}/{benchmark}.tsv"
-    conda:
-        "../../environment.yml"
-    script:
-        "../scripts/aggregate_scores.py"
+    localrule: True
+    run:
+        run_script(
+            "aggregate_scores.py", input, output, params, wildcards, threads, log
+        )

@@ -11,8 +11,6 @@ rule pair_sample:
         "logs/pair_sample/{model}/{revision}.log",
     benchmark:
         "benchmarks/pair_sample/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         gpu=1,
@@ -21,8 +19,8 @@ rule pair_sample:
     params:
         model=model_spec,
         pairs=pair_sample_params,
-    script:
-        "../scripts/pair_sample.py"
+    run:
+        run_script("pair_sample.py", input, output, params, wildcards, threads, log)
 
 
 rule pair_signs:
@@ -36,16 +34,14 @@ rule pair_signs:
         "logs/pair_signs/{model}/{revision}.log",
     benchmark:
         "benchmarks/pair_signs/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         mem_mb=mem_mb,
         runtime=runtime,
     params:
         signs=pair_signs_params,
-    script:
-        "../scripts/pair_signs.py"
+    run:
+        run_script("pair_signs.py", input, output, params, wildcards, threads, log)
 
 
 rule pos_tags:
@@ -57,13 +53,11 @@ rule pos_tags:
         "logs/pos_tags/{model}.log",
     benchmark:
         "benchmarks/pos_tags/{model}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 1
     params:
         pos=pos_tags_params,
-    script:
-        "../scripts/pos_tags.py"
+    run:
+        run_script("pos_tags.py", input, output, params, wildcards, threads, log)
 
 
 rule pos_surprisal:
@@ -75,13 +69,11 @@ rule pos_surprisal:
         "logs/pos_surprisal/{model}/{revision}.log",
     benchmark:
         "benchmarks/pos_surprisal/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 1
     params:
         pos=pos_surprisal_params,
-    script:
-        "../scripts/pos_surprisal.py"
+    run:
+        run_script("pos_surprisal.py", input, output, params, wildcards, threads, log)
 
 
 rule case_study:
@@ -95,13 +87,11 @@ rule case_study:
         "logs/case_study/{model}/{revision}.log",
     benchmark:
         "benchmarks/case_study/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 1
     params:
         case=case_study_params,
-    script:
-        "../scripts/case_study.py"
+    run:
+        run_script("case_study.py", input, output, params, wildcards, threads, log)
 
 
 rule layerwise:
@@ -116,13 +106,11 @@ rule layerwise:
         "logs/layerwise/{model}/{revision}.log",
     benchmark:
         "benchmarks/layerwise/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 1
     params:
         layerwise=layerwise_params,
-    script:
-        "../scripts/layerwise.py"
+    run:
+        run_script("layerwise.py", input, output, params, wildcards, threads, log)
 
 
 rule figure3d:
@@ -138,12 +126,11 @@ rule figure3d:
         "logs/figures/figure3d.log",
     benchmark:
         "benchmarks/figures/figure3d.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         figure=figure3d_params,
-    script:
-        "../scripts/figure3d.py"
+    run:
+        run_script("figure3d.py", input, output, params, wildcards, threads, log)
 
 
 rule figure5:
@@ -159,10 +146,9 @@ rule figure5:
         "logs/figures/figure5.log",
     benchmark:
         "benchmarks/figures/figure5.tsv"
-    conda:
-        "../../environment.yml"
-    script:
-        "../scripts/figure5.py"
+    localrule: True
+    run:
+        run_script("figure5.py", input, output, params, wildcards, threads, log)
 
 
 rule figure6a:
@@ -178,12 +164,11 @@ rule figure6a:
         "logs/figures/figure6a.log",
     benchmark:
         "benchmarks/figures/figure6a.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         figure=figure6a_params,
-    script:
-        "../scripts/figure6a.py"
+    run:
+        run_script("figure6a.py", input, output, params, wildcards, threads, log)
 
 
 rule figure7:
@@ -199,9 +184,8 @@ rule figure7:
         "logs/figures/figure7.log",
     benchmark:
         "benchmarks/figures/figure7.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         figure=figure7_params,
-    script:
-        "../scripts/figure7.py"
+    run:
+        run_script("figure7.py", input, output, params, wildcards, threads, log)

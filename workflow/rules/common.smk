@@ -3,6 +3,7 @@
 import sys
 from pathlib import Path
 
+from wneurons import inprocess
 from wneurons.config import (
     MODEL_SOURCES,
     ConfigError,
@@ -35,6 +36,23 @@ except ConfigError as err:
     sys.exit(str(err))
 
 MODELS = config["models"]
+
+
+def run_script(name, input, output, params, wildcards, threads, log):
+    """The body of the `run:` rules: workflow/scripts/<name> in this Snakemake process, which imports torch and
+    loads each model once for many jobs (with --force-use-threads; wneurons.inprocess says why).
+    """
+    scripts = Path(workflow.basedir) / "workflow" / "scripts"
+    inprocess.run_script(
+        scripts / name,
+        input=input,
+        output=output,
+        params=params,
+        wildcards=wildcards,
+        threads=threads,
+        log=log,
+        config=config,
+    )
 
 
 # ---------------------------------------------------------------- paths (the only place they are spelled)

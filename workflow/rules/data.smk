@@ -5,12 +5,11 @@ rule fetch_data:
         "logs/fetch_data/{dataset}.log",
     benchmark:
         "benchmarks/fetch_data/{dataset}.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         spec=dataset_spec,
-    script:
-        "../scripts/fetch_data.py"
+    run:
+        run_script("fetch_data.py", input, output, params, wildcards, threads, log)
 
 
 rule convert_gguf_model:
@@ -22,12 +21,12 @@ rule convert_gguf_model:
         "logs/convert_gguf_model/{model}.log",
     benchmark:
         "benchmarks/convert_gguf_model/{model}.tsv"
-    conda:
-        "../../environment.yml"
     resources:
         mem_mb=mem_mb,
         runtime=runtime,
     params:
         gguf=gguf_spec,
-    script:
-        "../scripts/convert_gguf_model.py"
+    run:
+        run_script(
+            "convert_gguf_model.py", input, output, params, wildcards, threads, log
+        )

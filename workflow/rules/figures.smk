@@ -11,12 +11,11 @@ rule figure1:
         "logs/figures/figure1.log",
     benchmark:
         "benchmarks/figures/figure1.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         figure=figure1_params,
-    script:
-        "../scripts/figure1.py"
+    run:
+        run_script("figure1.py", input, output, params, wildcards, threads, log)
 
 
 rule figure2a:
@@ -32,13 +31,12 @@ rule figure2a:
         "logs/figures/figure2a.log",
     benchmark:
         "benchmarks/figures/figure2a.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         layer=config["figures"]["figure2a_layer"],
         models=list(MODELS),
-    script:
-        "../scripts/figure2a.py"
+    run:
+        run_script("figure2a.py", input, output, params, wildcards, threads, log)
 
 
 rule figure3:
@@ -56,10 +54,9 @@ rule figure3:
         "logs/figures/figure3/{model}/{revision}.log",
     benchmark:
         "benchmarks/figures/figure3/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
-    script:
-        "../scripts/figure3.py"
+    localrule: True
+    run:
+        run_script("figure3.py", input, output, params, wildcards, threads, log)
 
 
 rule figure4:
@@ -76,7 +73,6 @@ rule figure4:
         "logs/figures/figure4/{model}/{revision}.log",
     benchmark:
         "benchmarks/figures/figure4/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
-    script:
-        "../scripts/figure4.py"
+    localrule: True
+    run:
+        run_script("figure4.py", input, output, params, wildcards, threads, log)

@@ -8,8 +8,6 @@ rule collect_activations:
         "logs/collect_activations/{model}/{revision}.log",
     benchmark:
         "benchmarks/collect_activations/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 2
     resources:
         gpu=1,
@@ -19,8 +17,10 @@ rule collect_activations:
     params:
         model=model_spec,
         collect=collect_params,
-    script:
-        "../scripts/collect_activations.py"
+    run:
+        run_script(
+            "collect_activations.py", input, output, params, wildcards, threads, log
+        )
 
 
 rule neuron_stats:
@@ -32,8 +32,6 @@ rule neuron_stats:
         "logs/neuron_stats/{model}/{revision}.log",
     benchmark:
         "benchmarks/neuron_stats/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 2
     resources:
         mem_mb=mem_mb,
@@ -41,8 +39,8 @@ rule neuron_stats:
     params:
         model=model_spec,
         stats=stats_params,
-    script:
-        "../scripts/neuron_stats.py"
+    run:
+        run_script("neuron_stats.py", input, output, params, wildcards, threads, log)
 
 
 rule keep_activations:
@@ -54,7 +52,8 @@ rule keep_activations:
         "logs/keep_activations/{model}/{revision}.log",
     benchmark:
         "benchmarks/keep_activations/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
-    script:
-        "../scripts/keep_activations.py"
+    localrule: True
+    run:
+        run_script(
+            "keep_activations.py", input, output, params, wildcards, threads, log
+        )

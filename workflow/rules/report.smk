@@ -7,14 +7,13 @@ rule paired_stats:
         "logs/paired_stats/{model}/{revision}/{benchmark}.log",
     benchmark:
         "benchmarks/paired_stats/{model}/{revision}/{benchmark}.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         conditions=paired_conditions,
         resamples=config["report"]["resamples"],
         seed=config["report"]["seed"],
-    script:
-        "../scripts/paired_stats.py"
+    run:
+        run_script("paired_stats.py", input, output, params, wildcards, threads, log)
 
 
 rule replication_table:
@@ -32,12 +31,13 @@ rule replication_table:
         "logs/replication_table.log",
     benchmark:
         "benchmarks/replication_table.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         run=replication_run,
-    script:
-        "../scripts/replication_table.py"
+    run:
+        run_script(
+            "replication_table.py", input, output, params, wildcards, threads, log
+        )
 
 
 rule explorer:
@@ -54,10 +54,8 @@ rule explorer:
         "logs/explorer/{model}/{revision}.log",
     benchmark:
         "benchmarks/explorer/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
     params:
         model=model_spec,
         spec=explorer_params,
-    script:
-        "../scripts/explorer.py"
+    run:
+        run_script("explorer.py", input, output, params, wildcards, threads, log)

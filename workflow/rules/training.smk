@@ -33,8 +33,6 @@ rule weight_rows:
         "logs/weight_rows/{model}/{revision}.log",
     benchmark:
         "benchmarks/weight_rows/{model}/{revision}.tsv"
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         mem_mb=mem_mb,
@@ -42,8 +40,8 @@ rule weight_rows:
     params:
         model=model_spec,
         layer=config["training"]["cohorts"]["layer"],
-    script:
-        "../scripts/weight_rows.py"
+    run:
+        run_script("weight_rows.py", input, output, params, wildcards, threads, log)
 
 
 rule checkpoint_integrity:
@@ -55,13 +53,20 @@ rule checkpoint_integrity:
         "logs/checkpoint_integrity/{model}.log",
     benchmark:
         "benchmarks/checkpoint_integrity/{model}.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         final_revision=final_revision_of,
         mode=config["training"]["integrity"],
-    script:
-        "../scripts/checkpoint_integrity.py"
+    run:
+        run_script(
+            "checkpoint_integrity.py",
+            input,
+            output,
+            params,
+            wildcards,
+            threads,
+            log,
+        )
 
 
 rule cohorts:
@@ -73,13 +78,12 @@ rule cohorts:
         "logs/cohorts/{model}.log",
     benchmark:
         "benchmarks/cohorts/{model}.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         model=model_spec_final,
         settings=config["training"]["cohorts"],
-    script:
-        "../scripts/cohorts.py"
+    run:
+        run_script("cohorts.py", input, output, params, wildcards, threads, log)
 
 
 rule emergence:
@@ -92,15 +96,14 @@ rule emergence:
         "logs/emergence/{model}.log",
     benchmark:
         "benchmarks/emergence/{model}.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         model=model_spec_final,
         tokens_per_step=tokens_per_step,
         revisions=dynamics_revisions_of,
         training=training_params,
-    script:
-        "../scripts/emergence.py"
+    run:
+        run_script("emergence.py", input, output, params, wildcards, threads, log)
 
 
 rule cosine_drift:
@@ -112,13 +115,12 @@ rule cosine_drift:
         "logs/cosine_drift/{model}.log",
     benchmark:
         "benchmarks/cosine_drift/{model}.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         model=model_spec_final,
         revisions=weight_grid_of,
-    script:
-        "../scripts/cosine_drift.py"
+    run:
+        run_script("cosine_drift.py", input, output, params, wildcards, threads, log)
 
 
 rule ablation_vs_wd:
@@ -131,14 +133,13 @@ rule ablation_vs_wd:
         "logs/ablation_vs_wd/{model}.log",
     benchmark:
         "benchmarks/ablation_vs_wd/{model}.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         model=model_spec_final,
         revisions=ablation_revisions_of,
         training=ablation_vs_wd_params,
-    script:
-        "../scripts/ablation_vs_wd.py"
+    run:
+        run_script("ablation_vs_wd.py", input, output, params, wildcards, threads, log)
 
 
 rule figure2bd:
@@ -151,12 +152,11 @@ rule figure2bd:
         "logs/figures/figure2bd.log",
     benchmark:
         "benchmarks/figures/figure2bd.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         models=training_models(),
-    script:
-        "../scripts/figure2bd.py"
+    run:
+        run_script("figure2bd.py", input, output, params, wildcards, threads, log)
 
 
 rule figure2c:
@@ -168,12 +168,11 @@ rule figure2c:
         "logs/figures/figure2c.log",
     benchmark:
         "benchmarks/figures/figure2c.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         models=drift_models(),
-    script:
-        "../scripts/figure2c.py"
+    run:
+        run_script("figure2c.py", input, output, params, wildcards, threads, log)
 
 
 rule figure6cd:
@@ -189,10 +188,9 @@ rule figure6cd:
         "logs/figures/figure6cd/{model}.log",
     benchmark:
         "benchmarks/figures/figure6cd/{model}.tsv"
-    conda:
-        "../../environment.yml"
-    script:
-        "../scripts/figure6cd.py"
+    localrule: True
+    run:
+        run_script("figure6cd.py", input, output, params, wildcards, threads, log)
 
 
 rule pair_signs_over_training:
@@ -204,14 +202,21 @@ rule pair_signs_over_training:
         "logs/pair_signs_over_training/{model}.log",
     benchmark:
         "benchmarks/pair_signs_over_training/{model}.tsv"
-    conda:
-        "../../environment.yml"
+    localrule: True
     params:
         model=model_spec_final,
         revisions=dynamics_revisions_of,
         signs=pair_signs_training_params,
-    script:
-        "../scripts/pair_signs_over_training.py"
+    run:
+        run_script(
+            "pair_signs_over_training.py",
+            input,
+            output,
+            params,
+            wildcards,
+            threads,
+            log,
+        )
 
 
 rule figure6b:
@@ -227,7 +232,6 @@ rule figure6b:
         "logs/figures/figure6b/{model}.log",
     benchmark:
         "benchmarks/figures/figure6b/{model}.tsv"
-    conda:
-        "../../environment.yml"
-    script:
-        "../scripts/figure6b.py"
+    localrule: True
+    run:
+        run_script("figure6b.py", input, output, params, wildcards, threads, log)

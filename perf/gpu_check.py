@@ -1,0 +1,144 @@
+"""Time the grid's three kinds of GPU work on a Pythia-1.4B-shaped model with random weights (no download).
+
+    bash perf/gpu_check.sh                 # on a machine with a GPU (<= 8 minutes on an H200)
+    python perf/gpu_check.py --shape tiny  # the same code path on a CPU, in seconds (a smoke run)
+
+1. the statistics pass: activation shards of every layer over 280k tokens (windows of 2048, as config/config.yaml),
+   then WD / sign split / MD of every neuron from them;
+2. all of BLiMP: 67,000 pairs = 134,000 sentences of 4-26 tokens (BLiMP's spread; lengths drawn, seeded);
+3. one ablation condition: the top 1% WD neurons of every layer clamped, BLiMP again and the perplexity pass
+   (245k validation tokens).
+Token ids are random (seeded): the time of a forward does not depend on which ids it reads, and no tokenizer or
+data set is needed on the machine. Each time is printed beside its lower bound, 2 x parameters x tokens at the
+device's dense bf16 peak (--peak-tflops; 989 for an H200 SXM), and the ratio between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+SHAPES = {
+    # Pythia-1.4B (EleutherAI/pythia-1.4b config.json)
+    "pythia-1.4b": dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=16, intermediate_size=8192),
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256),
+}
+
+
+class _Ids:
+    """A stand-in tokenizer: the 'text' is the token ids, written out with spaces."""
+
+    bos_token_id = None
+
+    def __call__(self, text, **_):
+        return {"input_ids": [int(t) for t in text.split()]}
+
+
+def _text(ids: np.ndarray) -> str:
+    return " ".join(map(str, ids.tolist()))
+
+
+def build(shape: str, device: str, dtype: torch.dtype):
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    config = GPTNeoXConfig(
+        vocab_size=50304,
+        max_position_embeddings=2048,
+        rotary_pct=0.25,
+        use_parallel_residual=True,
+        attn_implementation="sdpa",
+        **SHAPES[shape],
+    )
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = GPTNeoXForCausalLM(config).to(dtype).eval()
+    model.requires_grad_(False)
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shape", choices=SHAPES, default="pythia-1.4b")
+    parser.add_argument("--peak-tflops", type=float, default=989.0)
+    parser.add_argument("--batch-size", type=int, default=512, help="BLiMP sentences per forward")
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of every token count (smoke runs)")
+    args = parser.parse_args()
+
+    from wneurons.ablation import clamp_negative_preactivations
+    from wneurons.activations import collect_activation_shards
+    from wneurons.scoring import _batched_logprob_sums, perplexity
+    from wneurons.selection import select_neurons
+    from wneurons.stats import neuron_statistics
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    rng = np.random.default_rng(0)
+    model = build(args.shape, device, dtype)
+    n_params = sum(p.numel() for p in model.parameters() if p is not model.get_output_embeddings().weight)
+    n_params += model.get_output_embeddings().weight.numel()  # the head is a matmul of its own (untied)
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    print(f"device: {name}; shape {args.shape}: {n_params / 1e9:.3f}B parameters, {dtype}; torch {torch.__version__}")
+
+    def report(what: str, seconds: float, tokens: float) -> None:
+        bound = 2 * n_params * tokens / (args.peak_tflops * 1e12)
+        ratio = seconds / bound
+        print(f"{what:<44}{seconds:>9.1f} s   bound {bound:>7.1f} s   x{ratio:>6.1f}   {tokens:>12,.0f} tokens")
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    window, test_tokens = 2048, int(280_000 * args.scale) // 2048 * 2048 or 2048
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        collect_activation_shards(
+            model,
+            _Ids(),
+            _text(rng.integers(0, 50304, test_tokens)),
+            f"{tmp}/shards",
+            window=window,
+            max_tokens=None,
+            md_tokens=2000,
+            seed=0,
+            dtype="float16",
+            model_name=args.shape,
+        )
+        sync()
+        collect = time.perf_counter() - start
+        report("statistics pass: shards of every layer", collect, test_tokens)
+        start = time.perf_counter()
+        stats = neuron_statistics(f"{tmp}/shards", wd_method="exact", md_pairs=1000, seed=0)
+        print(f"{'statistics pass: WD, split, MD of every neuron':<44}{time.perf_counter() - start:>9.1f} s   (CPU)")
+
+    n_sentences = int(134_000 * args.scale) or 64
+    lengths = rng.integers(4, 27, n_sentences)
+    offsets = np.zeros(n_sentences + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = rng.integers(0, 50304, int(offsets[-1]))
+
+    def blimp() -> float:
+        start = time.perf_counter()
+        _batched_logprob_sums(model, flat, offsets, batch_size=args.batch_size, progress=None)
+        sync()
+        return time.perf_counter() - start
+
+    report("BLiMP: 67k pairs, clean", blimp(), offsets[-1])
+    layers = list(range(model.config.num_hidden_layers))
+    neurons = select_neurons(stats, "wasserstein", 1.0, layers)
+    valid = rng.integers(0, 50304, (max(1, int(245_000 * args.scale) // window), window))
+    with clamp_negative_preactivations(model, neurons):
+        report("ablation (top 1% WD, every layer): BLiMP", blimp(), offsets[-1])
+        start = time.perf_counter()
+        perplexity(model, _Ids(), _text(valid.reshape(-1)), convention="no-special-tokens", window=window, batch_size=8)
+        sync()
+        report("ablation: perplexity pass", time.perf_counter() - start, valid.size)
+    if device == "cuda":
+        print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+
+
+if __name__ == "__main__":
+    main()

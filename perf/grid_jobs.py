@@ -1,0 +1,152 @@
+"""Jobs, SLURM submissions, model loads and GPU-hours of a config's grid, from a dry run of the real DAG.
+
+    python perf/grid_jobs.py [config/config.yaml] [--profile profiles/slurm] [--tflops 300] [--load-gbps 2]
+
+Counts (from `snakemake all -n --forceall`, every job of the grid):
+- jobs: every job of the DAG; local jobs (`localrule`) are never submitted.
+- submissions without grouping: one sbatch per non-local job.
+- submissions with the profile's `groups` / `group-components`: one per resolved group id (all components of a
+  group id are merged, as `group-components: <id>=100000` asks) plus one per ungrouped non-local job.
+- model loads: the jobs of GPU rules (`gpu=1`: each loads its model). Snakemake runs the members of a SLURM group
+  job as processes of their own, so grouping does not change this count; one Snakemake process on a GPU node with
+  `--force-use-threads` (profiles/gpu-node) loads each (model, revision) once per concurrent job slot instead.
+
+GPU-hours: every GPU job's forward FLOPs (2 x parameters x tokens it runs, from the config's data sizes and the
+model's `params_b`; attention is left out, < 10% at these lengths for models >= 1B) at `--tflops` sustained
+(default 300: ~30% of an H200's dense bf16 peak, what batched inference of short sequences reaches); and what a job
+pays before its first forward: `--startup-s` of imports (default 10: measured ~10 s for torch + transformers on
+the CPU machine this was written on) plus loading the bf16 weights at `--load-gbps` (default 2: a parallel file
+system), once per job (a process per job: SLURM) or once per checkpoint (one process, profiles/local). All are
+stated assumptions, not measurements: perf/gpu_check.sh measures the real numbers on a GPU when one is available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Tokens one job runs through the model, by rule (full data sets; the config's caps apply where set).
+BLIMP_PAIRS, BLIMP_TOKENS_PER_SENTENCE = 67_000, 12  # 67 paradigms x 1,000; SmolLM2's tokenizer: 11.6 on average
+TSE_ITEMS, TSE_SENTENCES, TSE_TOKENS_PER_SENTENCE = 163_124, 337_072, 12  # EMNLP2018: 22 subtasks (MANIFEST)
+WIKITEXT2_TEST_TOKENS, WIKITEXT2_VALID_TOKENS = 280_000, 245_000
+
+
+def dry_run(config: str, profile: str) -> tuple[list[tuple[str, bool, dict[str, str]]], list[str]]:
+    """(rule, inside a group job, wildcards) of every job of ``all``, and the group jobs, from a dry run through the
+    profile (which prints each group job with its member jobs indented under it)."""
+    cmd = [sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--profile", profile, "--configfile", config]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    jobs, groups, current = [], [], None
+    for line in out.splitlines():
+        g = re.search(r"Group job (\S+) \(jobs", line)
+        if g:
+            groups.append(g.group(1))
+            continue
+        m = re.match(r"^(\s*)(?:local)?rule (\w+):$", line)
+        if m:
+            current = [m.group(2), bool(m.group(1)), {}]
+            jobs.append(current)
+        elif current is not None and line.strip().startswith("wildcards: "):
+            current[2] = dict(kv.split("=", 1) for kv in line.split(": ", 1)[1].split(", "))
+    return [tuple(j) for j in jobs], groups
+
+
+def rules_with(line_of_rule: str) -> set[str]:
+    """Rules of workflow/rules/*.smk with a line equal to ``line_of_rule`` (e.g. ``gpu=1,``)."""
+    rules, rule = set(), None
+    for path in sorted((ROOT / "workflow/rules").glob("*.smk")):
+        for line in path.read_text().splitlines():
+            if line.startswith("rule "):
+                rule = line.split()[1].rstrip(":")
+            elif line.strip() == line_of_rule:
+                rules.add(rule)
+    return rules | ({"all"} if line_of_rule == "localrule: True" else set())
+
+
+def tokens_of(rule: str, config: dict, wildcards: dict[str, str]) -> float:
+    ev = config["evaluation"]
+    if rule == "collect_activations":
+        return config["neurons"]["max_tokens"] or WIKITEXT2_TEST_TOKENS
+    if rule == "pair_sample":
+        return config.get("pairs", {}).get("max_tokens") or WIKITEXT2_VALID_TOKENS
+    ppl = ev.get("perplexity_max_tokens") or WIKITEXT2_VALID_TOKENS
+    if rule == "matched_search":
+        return ppl * config["ablation"]["matched"]["max_steps"]
+    benchmark = wildcards.get("benchmark")
+    if benchmark == "ppl":
+        return ppl
+    if benchmark == "blimp":
+        pairs = min(BLIMP_PAIRS, 67 * (ev.get("blimp_pairs_per_paradigm") or 1000))
+        return 2 * pairs * BLIMP_TOKENS_PER_SENTENCE
+    if benchmark == "tse":
+        per = ev.get("tse_items_per_subtask")
+        sentences = TSE_SENTENCES if per is None else min(TSE_SENTENCES, TSE_SENTENCES / TSE_ITEMS * 22 * per)
+        return sentences * TSE_TOKENS_PER_SENTENCE
+    return 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("config", nargs="?", default="config/config.yaml")
+    parser.add_argument("--profile", default="profiles/slurm")
+    parser.add_argument("--tflops", type=float, default=300.0, help="sustained TFLOP/s per GPU")
+    parser.add_argument("--load-gbps", type=float, default=2.0, help="GB/s a model's weights load at")
+    parser.add_argument(
+        "--startup-s", type=float, default=10.0, help="seconds a job's process needs before loading (imports)"
+    )
+    args = parser.parse_args()
+    config = yaml.safe_load((ROOT / args.config).read_text())
+    jobs, group_jobs = dry_run(args.config, args.profile)
+    gpu, local = rules_with("gpu=1,"), rules_with("localrule: True")
+
+    local_jobs = sum(r in local for r, _, _ in jobs)
+    ungrouped = sum(not grouped and r not in local for r, grouped, _ in jobs)
+    loads = Counter(w["model"] for r, _, w in jobs if r in gpu)
+    checkpoints = {(w["model"], w["revision"]) for r, _, w in jobs if r in gpu}
+    print(f"config: {args.config}; profile: {args.profile}")
+    print(f"jobs: {len(jobs):,} ({local_jobs:,} local rules' jobs); jobs of GPU rules: {sum(loads.values()):,}")
+    print(f"SLURM submissions without groups and local rules: {len(jobs) - 1:,} (every job but `all`)")
+    with_groups = len(group_jobs) + ungrouped
+    print(
+        f"SLURM submissions through the profile: {with_groups:,} ({len(group_jobs):,} group jobs + {ungrouped:,} "
+        f"other jobs) = {(len(jobs) - 1) / with_groups:.1f}x fewer"
+    )
+    print(
+        f"model loads: one per GPU job ({sum(loads.values()):,}) under SLURM, grouped or not; "
+        f"{len(checkpoints):,} (model, revision) pairs x job slots in one process with --force-use-threads"
+    )
+
+    hours = defaultdict(float)
+    per_job = defaultdict(float)  # startup + one load, paid by every GPU job in a process of its own
+    for rule, _, w in jobs:
+        if rule not in gpu:
+            continue
+        params = config["models"][w["model"]]["params_b"] * 1e9
+        hours[w["model"]] += 2 * params * tokens_of(rule, config, w) / (args.tflops * 1e12) / 3600
+        per_job[w["model"]] += (args.startup_s + 2 * params / (args.load_gbps * 1e9)) / 3600
+    print(
+        f"\nGPU-hours at {args.tflops:g} TFLOP/s sustained; each process {args.startup_s:g} s of startup, loads at "
+        f"{args.load_gbps:g} GB/s (bf16 weights):"
+    )
+    print(f"{'model':<16}{'GPU jobs':>9}{'compute h':>11}{'startup+load per job h':>24}{'once per checkpoint h':>23}")
+    ckpts = Counter(m for m, _ in checkpoints)
+    total_once = 0.0
+    for model in sorted(loads):
+        params = config["models"][model]["params_b"] * 1e9
+        once = ckpts[model] * (args.startup_s + 2 * params / (args.load_gbps * 1e9)) / 3600
+        total_once += once
+        print(f"{model:<16}{loads[model]:>9,}{hours[model]:>11.1f}{per_job[model]:>24.1f}{once:>23.2f}")
+    total = sum(hours.values())
+    print(f"{'total':<16}{sum(loads.values()):>9,}{total:>11.1f}{sum(per_job.values()):>24.1f}{total_once:>23.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Jobs that run inside the Snakemake process that schedules them.
+
+A job started as its own Python process pays ~10 s before its first useful line on a CPU (torch ~2 s, the
+transformers modules a model needs ~7 s) and then loads its model again; in the demo that was more than the work of
+most jobs. The rules therefore call their scripts with ``run:`` and :func:`run_script`, and the workflow is run
+with ``--force-use-threads`` (``profiles/local``, ``make demo``; Snakemake itself adds it to every single job it
+submits to SLURM): each job runs in a thread of one long-lived process, imports are paid once, and models come from
+:mod:`wneurons.model_pool`. Without the flag Snakemake spawns one process per ``run:`` job and everything still works,
+only slower.
+
+Two pieces of process-wide state need care when jobs share a process:
+- torch's intra-op thread count is global to the process, and a job's numbers may depend on it (the order of
+  float32 reductions): :func:`torch_threads` lets jobs run concurrently only with jobs of the same thread count,
+  so a result never depends on what else was running;
+- ``sys.stderr`` and the root logger are shared: :func:`wneurons.jobs.logged_to` filters log records by thread and
+  redirects stderr only in a process of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from types import CodeType, SimpleNamespace
+from typing import Any
+
+_threads_cond = threading.Condition()
+_threads_current: int | None = None
+_threads_users = 0
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the body with torch's intra-op thread count at ``n``; waits while jobs with another count run."""
+    global _threads_current, _threads_users
+    import torch
+
+    with _threads_cond:
+        _threads_cond.wait_for(lambda: _threads_users == 0 or _threads_current == n)
+        if _threads_users == 0 and torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+        _threads_current = n
+        _threads_users += 1
+    try:
+        yield
+    finally:
+        with _threads_cond:
+            _threads_users -= 1
+            _threads_cond.notify_all()
+
+
+@cache
+def _compiled(path: str, stamp: tuple[int, int]) -> CodeType:
+    # keyed by (mtime, size) as well: a script edited while a long run goes on is read again
+    return compile(Path(path).read_text(), path, "exec")
+
+
+def run_script(path: str | Path, **job: Any) -> None:
+    """Execute the workflow script ``path`` in this process with ``snakemake`` bound to a namespace of ``job``'s
+    fields (``input``, ``output``, ``params``, ``wildcards``, ``threads``, ``log``, ``config``): the same names a
+    ``script:`` job sees. The script gets a fresh global namespace; nothing it defines outlives the job."""
+    path = str(Path(path).resolve())
+    stat = Path(path).stat()
+    namespace = {"__name__": "__wneurons_job__", "__file__": path, "snakemake": SimpleNamespace(**job)}
+    exec(_compiled(path, (stat.st_mtime_ns, stat.st_size)), namespace)
+
+
+def in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,77 @@
+"""Loaded models kept between the jobs of one process (see :mod:`wneurons.inprocess`).
+
+A job checks a model out for its whole run and gives it back; the next job of the same (source, revision, dtype,
+device) gets the same instance without loading it again. A checked-out instance belongs to one job: two jobs that
+run at once on the same model get two instances, so one job's clamp hooks never touch another's forward. Idle
+instances are kept up to ``max_idle`` (least recently used evicted first): enough for the jobs a process runs at once,
+never "every model of the grid in memory".
+
+An instance is given back only in the state it was lent: in eval mode and with no forward hook or pre-hook left on
+any module (the ablation and collection hooks are context managers that remove themselves). Anything else is a bug
+in a job, reported as an error instead of leaking into the next job's numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Idle instances kept per process: one per job slot of a 2-core CPU run, or the one GPU job of a SLURM group.
+DEFAULT_MAX_IDLE = int(os.environ.get("WNEURONS_MAX_IDLE_MODELS", "2"))
+
+
+def leftover_hooks(model: Any) -> list[str]:
+    """Names of the modules of ``model`` that still carry a forward hook or pre-hook."""
+    return [name for name, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks]
+
+
+class ModelPool:
+    def __init__(self, max_idle: int = DEFAULT_MAX_IDLE):
+        if max_idle < 0:
+            raise ValueError(f"max_idle must be >= 0, got {max_idle}")
+        self.max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: OrderedDict[int, tuple[Hashable, Any]] = OrderedDict()
+        self.loads = 0  # instances loaded by this pool: what docs/performance.md counts
+        self.reuses = 0
+
+    @contextmanager
+    def checkout(self, key: Hashable, load: Callable[[], Any]) -> Iterator[Any]:
+        """Lend an idle instance for ``key`` or load one with ``load()`` (which returns ``(model, tokenizer)``)."""
+        with self._lock:
+            slot = next((s for s, (k, _) in reversed(self._idle.items()) if k == key), None)
+            value = self._idle.pop(slot)[1] if slot is not None else None
+        if value is None:
+            value = load()
+            with self._lock:
+                self.loads += 1
+        else:
+            with self._lock:
+                self.reuses += 1
+            log.info("model %s reused from this process's pool (no load)", key)
+        yield value
+        model = value[0]
+        hooks = leftover_hooks(model)
+        if hooks or model.training:
+            raise RuntimeError(
+                f"a job gave back model {key} with hooks on {hooks[:3]} (of {len(hooks)}) / training={model.training}:"
+                " it is not pooled; every hook must be removed by the job that set it"
+            )
+        with self._lock:
+            self._idle[id(value)] = (key, value)
+            while len(self._idle) > self.max_idle:
+                self._idle.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._idle.clear()
+
+
+POOL = ModelPool()
