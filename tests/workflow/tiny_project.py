@@ -145,9 +145,10 @@ def make_tiny_project(root: Path) -> Path:
     return config_path
 
 
-def snakemake_command(root: Path, *args: str) -> list[str]:
+def snakemake_command(root: Path, *args: str, threads: bool = True) -> list[str]:
     """The command line that runs the repository's Snakefile in ``root`` with its config.yaml (replacing the
-    paper grid), followed by ``args``."""
+    paper grid), followed by ``args``. ``threads``: jobs run in threads of the Snakemake process, as with `make
+    demo` and profiles/local (wneurons.inprocess); else each job is a process of its own, as under SLURM."""
     return [
         *SNAKEMAKE,
         "-s",
@@ -156,8 +157,7 @@ def snakemake_command(root: Path, *args: str) -> list[str]:
         str(root),
         "--configfile",
         str(root / "config.yaml"),
-        # as `make demo` and profiles/local: `run:` jobs in threads of this process (wneurons.inprocess)
-        "--force-use-threads",
+        *(["--force-use-threads"] if threads else []),
         *args,
     ]
 
