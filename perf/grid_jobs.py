@@ -2,14 +2,15 @@
 
     python perf/grid_jobs.py [config/config.yaml] [--profile profiles/slurm] [--tflops 300] [--load-gbps 2]
 
-Counts (from `snakemake all -n --forceall`, every job of the grid):
-- jobs: every job of the DAG; local jobs (`localrule`) are never submitted.
-- submissions without grouping: one sbatch per non-local job.
-- submissions with the profile's `groups` / `group-components`: one per resolved group id (all components of a
-  group id are merged, as `group-components: <id>=100000` asks) plus one per ungrouped non-local job.
+Counts (from `snakemake all -n --forceall --profile <profile>`, every job of the grid):
+- jobs: every job of the DAG; jobs of `localrule`s run on the submitting host and are never submitted.
+- submissions through the profile: one per group job Snakemake forms (the profile's `groups` and
+  `group-components`; the dry run lists each group job with its member jobs indented under it), plus one per
+  other job that is not a local rule's.
 - model loads: the jobs of GPU rules (`gpu=1`: each loads its model). Snakemake runs the members of a SLURM group
-  job as processes of their own, so grouping does not change this count; one Snakemake process on a GPU node with
-  `--force-use-threads` (profiles/gpu-node) loads each (model, revision) once per concurrent job slot instead.
+  job as processes of their own, so grouping does not change this count; one Snakemake process with
+  `--force-use-threads` (profiles/local, e.g. inside one allocation) loads each (model, revision) once per
+  concurrent job slot instead.
 
 GPU-hours: every GPU job's forward FLOPs (2 x parameters x tokens it runs, from the config's data sizes and the
 model's `params_b`; attention is left out, < 10% at these lengths for models >= 1B) at `--tflops` sustained
@@ -31,12 +32,14 @@ from pathlib import Path
 
 import yaml
 
+from wneurons.grid import WIKITEXT2_TEST_TOKENS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Tokens one job runs through the model, by rule (full data sets; the config's caps apply where set).
 BLIMP_PAIRS, BLIMP_TOKENS_PER_SENTENCE = 67_000, 12  # 67 paradigms x 1,000; SmolLM2's tokenizer: 11.6 on average
 TSE_ITEMS, TSE_SENTENCES, TSE_TOKENS_PER_SENTENCE = 163_124, 337_072, 12  # EMNLP2018: 22 subtasks (MANIFEST)
-WIKITEXT2_TEST_TOKENS, WIKITEXT2_VALID_TOKENS = 280_000, 245_000
+WIKITEXT2_VALID_TOKENS = 245_000
 
 
 def dry_run(config: str, profile: str) -> tuple[list[tuple[str, bool, dict[str, str]]], list[str]]:
@@ -124,6 +127,9 @@ def main() -> None:
         f"{len(checkpoints):,} (model, revision) pairs x job slots in one process with --force-use-threads"
     )
 
+    def startup_and_load_h(model: str) -> float:
+        return (args.startup_s + 2 * config["models"][model]["params_b"] * 1e9 / (args.load_gbps * 1e9)) / 3600
+
     hours = defaultdict(float)
     per_job = defaultdict(float)  # startup + one load, paid by every GPU job in a process of its own
     for rule, _, w in jobs:
@@ -131,7 +137,7 @@ def main() -> None:
             continue
         params = config["models"][w["model"]]["params_b"] * 1e9
         hours[w["model"]] += 2 * params * tokens_of(rule, config, w) / (args.tflops * 1e12) / 3600
-        per_job[w["model"]] += (args.startup_s + 2 * params / (args.load_gbps * 1e9)) / 3600
+        per_job[w["model"]] += startup_and_load_h(w["model"])
     print(
         f"\nGPU-hours at {args.tflops:g} TFLOP/s sustained; each process {args.startup_s:g} s of startup, loads at "
         f"{args.load_gbps:g} GB/s (bf16 weights):"
@@ -140,8 +146,7 @@ def main() -> None:
     ckpts = Counter(m for m, _ in checkpoints)
     total_once = 0.0
     for model in sorted(loads):
-        params = config["models"][model]["params_b"] * 1e9
-        once = ckpts[model] * (args.startup_s + 2 * params / (args.load_gbps * 1e9)) / 3600
+        once = ckpts[model] * startup_and_load_h(model)
         total_once += once
         print(f"{model:<16}{loads[model]:>9,}{hours[model]:>11.1f}{per_job[model]:>24.1f}{once:>23.2f}")
     total = sum(hours.values())
