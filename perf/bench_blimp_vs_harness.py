@@ -13,6 +13,10 @@ The model must be a local safetensors directory (the harness cannot read GGUF), 
 ``wneurons.models.convert_gguf_wheel``.
 
     OMP_NUM_THREADS=2 python perf/bench_blimp_vs_harness.py --model-dir /tmp/smollm2 --out bench.json
+
+Compares our float32 run with the harness's fastest batch size (the ratio the project's target is about) and with
+each of the others, pair by pair: accuracy, how many decisions (good > bad) differ, and the largest sentence
+log-prob difference. Other dtypes are compared with our float32 run the same way.
 """
 
 from __future__ import annotations
@@ -94,31 +98,55 @@ def bench_harness(python: str, model_dir: str, data_dir: Path, paradigms: list[s
     }, out["loglik"]
 
 
-def max_loglik_difference(scored: pl.DataFrame, loglik: dict[str, list]) -> float:
-    """Largest |ours - harness| log-prob over all sentences (nats); pairs matched by paradigm and row order."""
-    worst = 0.0
+def against_harness(scored: pl.DataFrame, loglik: dict[str, list]) -> dict:
+    """Our fp32 scores against the harness's, pair by pair (matched by paradigm and row order): the largest
+    |ours - harness| sentence log-prob (nats) and the number of pairs whose decision (good > bad) differs."""
+    worst, differ, compared = 0.0, 0, 0
     for paradigm, rows in loglik.items():
         ours = scored.filter(pl.col("paradigm") == paradigm).sort("pair_id")
-        rows = sorted(rows)
-        theirs = np.array([[r[1], r[2]] for r in rows])
-        mine = ours.select("logprob_good", "logprob_bad").to_numpy()[: len(rows)]
+        theirs = np.array([[r[1], r[2]] for r in sorted(rows)])
+        mine = ours.select("logprob_good", "logprob_bad").to_numpy()[: len(theirs)]
         worst = max(worst, float(np.abs(mine - theirs).max()))
-    return worst
+        differ += int(((mine[:, 0] > mine[:, 1]) != (theirs[:, 0] > theirs[:, 1])).sum())
+        compared += len(theirs)
+    return {"max_abs_logprob_difference": worst, "decisions_differ": differ, "pairs_compared": compared}
+
+
+def against_fp32(scored: pl.DataFrame, fp32: pl.DataFrame) -> dict:
+    """A lower-precision run's scores against our fp32 run on the pairs it scored."""
+    both = scored.join(fp32, on=["paradigm", "pair_id"], suffix="_fp32")
+    mine = both.select("logprob_good", "logprob_bad").to_numpy()
+    ref = both.select("logprob_good_fp32", "logprob_bad_fp32").to_numpy()
+    return {
+        "max_abs_logprob_difference": float(np.abs(mine - ref).max()),
+        "decisions_differ": int(((mine[:, 0] > mine[:, 1]) != (ref[:, 0] > ref[:, 1])).sum()),
+        "pairs_compared": both.height,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", default="/tmp/smollm2", help="local safetensors model directory")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="folder of BLiMP <paradigm>.jsonl")
-    parser.add_argument("--n-paradigms", type=int, default=10)
-    parser.add_argument("--n-pairs", type=int, default=100, help="first N pairs of each paradigm")
+    parser.add_argument("--n-paradigms", type=int, default=6)
+    parser.add_argument("--n-pairs", type=int, default=1000, help="first N pairs of each paradigm")
     parser.add_argument("--batch-size", type=int, default=64, help="ours")
-    parser.add_argument("--dtypes", default="float32,bfloat16", help="ours, comma-separated")
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="ours, comma-separated; float32 is compared")
+    parser.add_argument(
+        "--low-precision-pairs",
+        type=int,
+        default=None,
+        help="first N pairs per paradigm for the dtypes other than float32 (a CPU without bf16 units emulates it)",
+    )
     parser.add_argument("--harness-python", default="/tmp/lmeval/bin/python", help="'' skips the harness")
-    parser.add_argument("--harness-batch-sizes", default="64,1", help="comma-separated; 1 is the harness default")
+    parser.add_argument(
+        "--harness-batch-sizes", default="32,64,128", help="comma-separated; its fastest is the reference"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads, both sides (default: torch's)")
     parser.add_argument("--out", type=Path, default=None, help="write all numbers here as JSON")
     args = parser.parse_args()
+    args.model_dir = str(Path(args.model_dir).resolve())  # the harness runs in another working directory
+    args.data_dir = args.data_dir.resolve()
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -128,9 +156,8 @@ def main() -> None:
         f"{len(paradigms)} paradigms x {args.n_pairs} pairs = {pairs.height} pairs; {torch.get_num_threads()} threads"
     )
 
-    runs, scored_fp32 = [], None
+    runs, scored_by_dtype, harness_logliks = [], {}, {}
     harness_python = args.harness_python if args.harness_python and Path(args.harness_python).exists() else None
-    harness_logliks = {}
     if harness_python:
         for bs in args.harness_batch_sizes.split(","):
             run, harness_logliks[bs] = bench_harness(
@@ -139,35 +166,50 @@ def main() -> None:
             runs.append(run)
             print(f"lm-eval  float32  bs={bs:>3}: {run['sentences_per_s']:.1f} sent/s, acc {run['accuracy']:.4f}")
     for dtype in args.dtypes.split(","):
-        run, scored = bench_ours(args.model_dir, pairs, dtype, args.batch_size)
+        subset = pairs
+        if dtype != "float32" and args.low_precision_pairs:
+            subset = pairs.group_by("paradigm", maintain_order=True).head(args.low_precision_pairs)
+        run, scored_by_dtype[dtype] = bench_ours(args.model_dir, subset, dtype, args.batch_size)
+        run["pairs"] = subset.height
+        if dtype != "float32" and "float32" in scored_by_dtype:
+            run["against_float32"] = against_fp32(scored_by_dtype[dtype], scored_by_dtype["float32"])
         runs.append(run)
-        scored_fp32 = scored if dtype == "float32" else scored_fp32
         print(
-            f"wneurons {dtype:8} bs={args.batch_size:>3}: "
-            f"{run['sentences_per_s']:.1f} sent/s, acc {run['accuracy']:.4f}"
+            f"wneurons {dtype:8} bs={args.batch_size:>3}: {run['sentences_per_s']:.1f} sent/s on {subset.height} pairs,"
+            f" acc {run['accuracy']:.4f}"
+            + (
+                " ({decisions_differ} of {pairs_compared} decisions differ from float32,"
+                " max |dlogp| {max_abs_logprob_difference:.2e})".format(**run["against_float32"])
+                if "against_float32" in run
+                else ""
+            )
         )
 
     comparisons = []
-    for theirs in (r for r in runs if r["side"] == "lm-eval"):
-        for ours in (r for r in runs if r["side"] == "wneurons"):
+    harness_runs = [r for r in runs if r["side"] == "lm-eval"]
+    best = max(harness_runs, key=lambda r: r["sentences_per_s"], default=None)
+    for theirs in harness_runs:
+        # A dtype run on fewer pairs (--low-precision-pairs) is compared with our float32 run only.
+        for ours in (r for r in runs if r["side"] == "wneurons" and r["pairs"] == pairs.height):
             row = {
                 "ours": f"{ours['dtype']} bs={ours['batch_size']}",
                 "harness": f"float32 bs={theirs['batch_size']}",
+                "harness_best_batch_size": theirs is best,
                 "speedup_wall": ours["sentences_per_s"] / theirs["sentences_per_s"],
                 "speedup_cpu": ours["sentences_per_cpu_s"] / theirs["sentences_per_cpu_s"],
                 "accuracy_difference_points": 100 * (ours["accuracy"] - theirs["accuracy"]),
             }
             if ours["dtype"] == "float32":
-                row["max_abs_logprob_difference"] = max_loglik_difference(
-                    scored_fp32, harness_logliks[theirs["batch_size"]]
-                )
+                row |= against_harness(scored_by_dtype["float32"], harness_logliks[theirs["batch_size"]])
             comparisons.append(row)
             print(
-                f"{row['ours']:>17} vs harness {row['harness']}: x{row['speedup_wall']:.2f} wall, "
-                f"x{row['speedup_cpu']:.2f} CPU time, accuracy {row['accuracy_difference_points']:+.2f} points"
+                f"{row['ours']:>17} vs harness {row['harness']}{' (its fastest)' if theirs is best else ''}: "
+                f"x{row['speedup_wall']:.2f} wall, x{row['speedup_cpu']:.2f} CPU time, "
+                f"accuracy {row['accuracy_difference_points']:+.2f} points"
                 + (
-                    f", max |dlogp| {row['max_abs_logprob_difference']:.2e}"
-                    if "max_abs_logprob_difference" in row
+                    ", {decisions_differ} of {pairs_compared} decisions differ,"
+                    " max |dlogp| {max_abs_logprob_difference:.2e}".format(**row)
+                    if "decisions_differ" in row
                     else ""
                 )
             )

@@ -33,6 +33,7 @@ from pathlib import Path
 import yaml
 
 from wneurons.grid import WIKITEXT2_TEST_TOKENS
+from wneurons.rule_files import rules_with
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,18 +61,6 @@ def dry_run(config: str, profile: str) -> tuple[list[tuple[str, bool, dict[str, 
         elif current is not None and line.strip().startswith("wildcards: "):
             current[2] = dict(kv.split("=", 1) for kv in line.split(": ", 1)[1].split(", "))
     return [tuple(j) for j in jobs], groups
-
-
-def rules_with(line_of_rule: str) -> set[str]:
-    """Rules of workflow/rules/*.smk with a line equal to ``line_of_rule`` (e.g. ``gpu=1,``)."""
-    rules, rule = set(), None
-    for path in sorted((ROOT / "workflow/rules").glob("*.smk")):
-        for line in path.read_text().splitlines():
-            if line.startswith("rule "):
-                rule = line.split()[1].rstrip(":")
-            elif line.strip() == line_of_rule:
-                rules.add(rule)
-    return rules | ({"all"} if line_of_rule == "localrule: True" else set())
 
 
 def tokens_of(rule: str, config: dict, wildcards: dict[str, str]) -> float:
@@ -108,7 +97,7 @@ def main() -> None:
     args = parser.parse_args()
     config = yaml.safe_load((ROOT / args.config).read_text())
     jobs, group_jobs = dry_run(args.config, args.profile)
-    gpu, local = rules_with("gpu=1,"), rules_with("localrule: True")
+    gpu, local = rules_with("gpu=1,", ROOT), rules_with("localrule: True", ROOT)
 
     local_jobs = sum(r in local for r, _, _ in jobs)
     ungrouped = sum(not grouped and r not in local for r, grouped, _ in jobs)

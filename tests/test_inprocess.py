@@ -116,3 +116,19 @@ def test_run_script_binds_the_job_and_isolates_globals(tmp_path):
     script.write_text("raise ValueError('bad input in ' + snakemake.wildcards['model'])\n")
     with pytest.raises(ValueError, match="bad input in pythia"):
         inprocess.run_script(script, wildcards={"model": "pythia"})
+
+
+def test_job_logs_say_which_checkouts_loaded_and_count_loads_reads_them(tmp_path, tiny_model):
+    from wneurons.model_pool import count_loads
+
+    pool = ModelPool(max_idle=1)
+    for name, key in (("a", "m1"), ("b", "m1"), ("c", "m2"), ("d", "m1")):  # m2 evicts m1: d loads it again
+        with logged_to(tmp_path / f"{name}.log"):
+            with pool.checkout((key, "main", "float32"), lambda: (tiny_model("llama"), None)):
+                pass
+    counts = count_loads(sorted(tmp_path.glob("*.log")))
+    assert counts == {
+        "('m1', 'main', 'float32')": {"loads": 2, "reuses": 1, "processes": 1},
+        "('m2', 'main', 'float32')": {"loads": 1, "reuses": 0, "processes": 1},
+    }
+    assert (pool.loads, pool.reuses) == (3, 1)

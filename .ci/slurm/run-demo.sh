@@ -27,9 +27,8 @@ read -r -a TARGETS <<<"${SLURM_DEMO_TARGETS:-all}"
 TIMEOUT=${SLURM_DEMO_TIMEOUT:-3600}
 REFERENCE=${SLURM_DEMO_REFERENCE:-$WORKDIR/.snakemake/ci-local-run}
 PYTHON=$REPO/.venv/bin/python
-# Rules that declare `gpu=1` (workflow/rules/*.smk); every other rule must not ask for a GPU.
-mapfile -t GPU_RULES < <(awk '/^rule / { rule = $2; sub(":", "", rule) } /^[[:space:]]+gpu=1,/ { print rule }' \
-  "$REPO"/workflow/rules/*.smk | sort -u)
+# Rules that declare `gpu=1`; every other rule must not ask for a GPU.
+mapfile -t GPU_RULES < <("$PYTHON" -m wneurons.rule_files --root "$REPO" "gpu=1,")
 
 log() { echo "run-demo.sh: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -119,6 +118,9 @@ print(f"  {len(calls)} sbatch calls, {len(groups)} of them group jobs")
 if not calls or not any(wants_gpu(r) for r in submitted) or len(allocated) < len(calls) or problems + missing:
     sys.exit("GPU request check failed: " + "; ".join(problems + missing or ["no GPU job seen"]))
 PY
+
+# Model loads: under SLURM each job, grouped or not, is a process of its own (an srun step inside a group job).
+"$PYTHON" "$REPO/perf/model_loads.py" "$WORKDIR/logs" || die "no job log records a model load"
 
 # 5. Same results as the local run.
 # A run of a few targets is compared file by file with the matching part of the full local run.

@@ -357,24 +357,26 @@ def score_job(
         data = bench.load(data_dir, evaluation)
         with clamp_negative_preactivations(model, neurons, mode=condition.get("mode", "negative")):
             scores, items = bench.score(model, tokenizer, data, evaluation, window_bos)
-        prov = io.provenance(
-            **_model_provenance(spec, model),
-            **_data_provenance(data_dir),
-            convention=evaluation["convention"],
-            bos_prepended=scores["bos_prepended"],
-            window_bos=scores.get("window_bos"),
-            window_bos_reason=window_bos_reason if benchmark == "ppl" else None,
-            dtype=evaluation["dtype"],
-            evaluation=evaluation,
-            seed=condition.get("seed", evaluation["seed"]),
-            neurons_sha256=io.sha256_file(neurons_path) if neurons_path else None,
-            seconds=round(time.perf_counter() - start, 2),
-        )
-        result = {"benchmark": benchmark, "condition": record, "scores": scores, "provenance": prov}
-        io.write_parquet(items_out or items_path(out_path), items, metadata={"benchmark": benchmark, **prov})
-        io.write_json(out_path, result)
-        log.info("%s %s: done in %.1f s", benchmark, condition["selector"], time.perf_counter() - start)
-        return result
+        model_prov = _model_provenance(spec, model)
+    # The model is back in the pool from here: the next job can have it while this one writes its files.
+    prov = io.provenance(
+        **model_prov,
+        **_data_provenance(data_dir),
+        convention=evaluation["convention"],
+        bos_prepended=scores["bos_prepended"],
+        window_bos=scores.get("window_bos"),
+        window_bos_reason=window_bos_reason if benchmark == "ppl" else None,
+        dtype=evaluation["dtype"],
+        evaluation=evaluation,
+        seed=condition.get("seed", evaluation["seed"]),
+        neurons_sha256=io.sha256_file(neurons_path) if neurons_path else None,
+        seconds=round(time.perf_counter() - start, 2),
+    )
+    result = {"benchmark": benchmark, "condition": record, "scores": scores, "provenance": prov}
+    io.write_parquet(items_out or items_path(out_path), items, metadata={"benchmark": benchmark, **prov})
+    io.write_json(out_path, result)
+    log.info("%s %s: done in %.1f s", benchmark, condition["selector"], time.perf_counter() - start)
+    return result
 
 
 def matched_search_job(

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,9 +51,14 @@ class ModelPool:
             slot = next((s for s, (k, _) in reversed(self._idle.items()) if k == key), None)
             value = self._idle.pop(slot)[1] if slot is not None else None
         if value is None:
+            start = time.perf_counter()
             value = load()
             with self._lock:
                 self.loads += 1
+                loads = self.loads
+            # One line per load in the job's log: `perf/model_loads.py` counts these to measure loads of a run.
+            seconds = time.perf_counter() - start
+            log.info("model %s loaded in %.1f s (load %d of process %d)", key, seconds, loads, os.getpid())
         else:
             with self._lock:
                 self.reuses += 1
@@ -75,3 +82,26 @@ class ModelPool:
 
 
 POOL = ModelPool()
+
+_LOADED = re.compile(r"model (?P<key>\(.*\)) loaded in [0-9.]+ s \(load [0-9]+ of process (?P<pid>[0-9]+)\)")
+_REUSED = re.compile(r"model (?P<key>\(.*\)) reused from this process's pool")
+
+
+def count_loads(log_files: Iterable[str | os.PathLike]) -> dict[str, dict[str, int]]:
+    """Loads and reuses per model key, read from job logs (the lines :meth:`ModelPool.checkout` writes), with the
+    number of distinct processes that loaded each: what a run really paid in model loads."""
+    counts: dict[str, dict[str, int]] = {}
+    pids: dict[str, set[str]] = {}
+    for path in log_files:
+        with open(path, errors="replace") as fh:
+            for line in fh:
+                if (m := _LOADED.search(line)) or (m := _REUSED.search(line)):
+                    row = counts.setdefault(m["key"], {"loads": 0, "reuses": 0, "processes": 0})
+                    if "pid" in m.groupdict():
+                        row["loads"] += 1
+                        pids.setdefault(m["key"], set()).add(m["pid"])
+                    else:
+                        row["reuses"] += 1
+    for key, row in counts.items():
+        row["processes"] = len(pids.get(key, ()))
+    return counts

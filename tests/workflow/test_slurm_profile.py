@@ -12,6 +12,8 @@ import pytest
 import yaml
 from snakemake.cli import get_argument_parser
 
+from wneurons.rule_files import rules_with
+
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "profiles" / "slurm"
 CI = ROOT / "profiles" / "slurm-ci"
@@ -120,22 +122,11 @@ def test_gpu_jobs_are_submitted_as_one_group_per_checkpoint(tmp_path):
     out = snakemake(tmp_path, "all", "-n", "--forceall", "--profile", str(BASE)).stdout
     groups = re.findall(r"Group job (gpu-\S+) \(jobs", out)
     jobs = re.findall(r"^(\s*)rule (\w+):$", out, flags=re.MULTILINE)
-    gpu_rules = _rules_with("gpu=1,")
+    gpu_rules = rules_with("gpu=1,", ROOT)
     assert len(gpu_rules) >= 5 and groups and len(groups) == len(set(groups))
     assert all(indent for indent, rule in jobs if rule in gpu_rules), "a GPU job outside its checkpoint's group"
     submitted = len(groups) + sum(not indent and rule not in LOCAL_RULES for indent, rule in jobs)
     assert submitted * 3 <= len(jobs), (submitted, len(jobs))
 
 
-def _rules_with(directive: str) -> set[str]:
-    """Rules of workflow/rules/*.smk whose block has the line ``directive``."""
-    found, rule = set(), None
-    for path in (ROOT / "workflow/rules").glob("*.smk"):
-        for line in path.read_text().splitlines():
-            rule = line.split()[1].rstrip(":") if line.startswith("rule ") else rule
-            if line.strip() == directive:
-                found.add(rule)
-    return found
-
-
-LOCAL_RULES = _rules_with("localrule: True")
+LOCAL_RULES = rules_with("localrule: True", ROOT)
