@@ -98,30 +98,33 @@ def bench_harness(python: str, model_dir: str, data_dir: Path, paradigms: list[s
     }, out["loglik"]
 
 
+def differences(mine: np.ndarray, ref: np.ndarray) -> dict:
+    """Two runs' ``[pairs, 2]`` (good, bad) log-probs, pair by pair: the largest sentence log-prob difference (nats)
+    and the number of pairs whose decision (good > bad) differs."""
+    return {
+        "max_abs_logprob_difference": float(np.abs(mine - ref).max()),
+        "decisions_differ": int(((mine[:, 0] > mine[:, 1]) != (ref[:, 0] > ref[:, 1])).sum()),
+        "pairs_compared": len(mine),
+    }
+
+
 def against_harness(scored: pl.DataFrame, loglik: dict[str, list]) -> dict:
-    """Our fp32 scores against the harness's, pair by pair (matched by paradigm and row order): the largest
-    |ours - harness| sentence log-prob (nats) and the number of pairs whose decision (good > bad) differs."""
-    worst, differ, compared = 0.0, 0, 0
+    """Our fp32 scores against the harness's, pairs matched by paradigm and row order."""
+    mine, theirs = [], []
     for paradigm, rows in loglik.items():
         ours = scored.filter(pl.col("paradigm") == paradigm).sort("pair_id")
-        theirs = np.array([[r[1], r[2]] for r in sorted(rows)])
-        mine = ours.select("logprob_good", "logprob_bad").to_numpy()[: len(theirs)]
-        worst = max(worst, float(np.abs(mine - theirs).max()))
-        differ += int(((mine[:, 0] > mine[:, 1]) != (theirs[:, 0] > theirs[:, 1])).sum())
-        compared += len(theirs)
-    return {"max_abs_logprob_difference": worst, "decisions_differ": differ, "pairs_compared": compared}
+        theirs.append(np.array([[r[1], r[2]] for r in sorted(rows)]))
+        mine.append(ours.select("logprob_good", "logprob_bad").to_numpy()[: len(rows)])
+    return differences(np.concatenate(mine), np.concatenate(theirs))
 
 
 def against_fp32(scored: pl.DataFrame, fp32: pl.DataFrame) -> dict:
     """A lower-precision run's scores against our fp32 run on the pairs it scored."""
     both = scored.join(fp32, on=["paradigm", "pair_id"], suffix="_fp32")
-    mine = both.select("logprob_good", "logprob_bad").to_numpy()
-    ref = both.select("logprob_good_fp32", "logprob_bad_fp32").to_numpy()
-    return {
-        "max_abs_logprob_difference": float(np.abs(mine - ref).max()),
-        "decisions_differ": int(((mine[:, 0] > mine[:, 1]) != (ref[:, 0] > ref[:, 1])).sum()),
-        "pairs_compared": both.height,
-    }
+    return differences(
+        both.select("logprob_good", "logprob_bad").to_numpy(),
+        both.select("logprob_good_fp32", "logprob_bad_fp32").to_numpy(),
+    )
 
 
 def main() -> None:

@@ -25,6 +25,8 @@ def main() -> None:
     if not files:
         raise SystemExit(f"no *.log under {args.log_dir}")
     counts = count_loads(files)
+    if not counts:
+        raise SystemExit(f"no job log under {args.log_dir} records a model load or reuse")
     width = max((len(k) for k in counts), default=10)
     print(f"{'model key':<{width}}  {'loads':>6}  {'reuses':>6}  {'processes':>9}")
     for key, row in sorted(counts.items()):

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wneurons.scoring import _batched_logprob_sums, _model_device, _padded_batch, _target_logprobs, _tokenize
+from wneurons.scoring import _batched_logprob_sums, _model_device, _padded_rows, _target_logprobs, _tokenize
 
 # Sequences that share at least this many leading tokens (the context token included) are scored from one prefix.
 _MIN_SHARED_PREFIX = 2
@@ -66,6 +66,19 @@ def prefix_groups(flat: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np
     return order, np.asarray(starts, dtype=np.int64), np.asarray(prefixes, dtype=np.int64)
 
 
+def chunks(sizes: np.ndarray, batch_size: int) -> list[tuple[int, int]]:
+    """Consecutive ``(lo, hi)`` slices of groups holding at most ``batch_size`` sequences (a larger group alone)."""
+    out, lo = [], 0
+    while lo < len(sizes):
+        hi, rows = lo + 1, int(sizes[lo])
+        while hi < len(sizes) and rows + sizes[hi] <= batch_size:
+            rows += int(sizes[hi])
+            hi += 1
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
 def cache_argument(model) -> str:
     """The forward's key/value-cache argument: ``cache`` since transformers 5.24 (``past_key_values`` before; the
     old name warns there and goes in 5.40)."""
@@ -91,27 +104,19 @@ def shared_prefix_sums(
     lengths = offsets[1:] - offsets[:-1]
     sums = np.zeros(n, dtype=np.float64)
     members, group_starts, prefixes = prefix_groups(flat, offsets)
-    n_groups = len(prefixes)
     group_sizes = np.diff(group_starts)
     # Longest prefix first (memory peak at once, neighbours of similar length); groups chunked to about batch_size
     # sequences per forward.
     group_order = np.argsort(-prefixes, kind="stable")
     device = _model_device(model)
+    cache_name = cache_argument(model)
     with torch.inference_mode():
-        lo = 0
-        while lo < n_groups:
-            hi, rows = lo, 0
-            while hi < n_groups and (hi == lo or rows + group_sizes[group_order[hi]] <= batch_size):
-                rows += int(group_sizes[group_order[hi]])
-                hi += 1
+        for lo, hi in chunks(group_sizes[group_order], batch_size):
             groups = group_order[lo:hi]
-            lo = hi
             prefix = prefixes[groups]
             # The prefix forward: positions 0 .. prefix-1 of the group's first member.
-            first = members[group_starts[groups]]
-            ids, _ = _padded_batch(flat, offsets, first)
-            width = int(prefix.max())
-            ids_t = torch.from_numpy(ids[:, :width]).to(device)
+            ids_t = torch.from_numpy(_padded_rows(flat, offsets[members[group_starts[groups]]], prefix)).to(device)
+            width = ids_t.shape[1]
             prefix_valid = torch.from_numpy(np.arange(width)[None, :] < prefix[:, None]).to(device)
             member_idx = np.concatenate([members[group_starts[g] : group_starts[g + 1]] for g in groups])
             member_group = np.repeat(np.arange(len(groups)), group_sizes[groups])
@@ -136,15 +141,13 @@ def shared_prefix_sums(
                 seq, grp = member_idx[rows_s], member_group[rows_s]
                 start = prefix[grp]
                 suffix_len = lengths[seq] - start  # tokens from `prefix` to the end; the last one is not fed
-                s_width = int(suffix_len.max())
-                s_cols = np.arange(s_width)
-                s_inside = s_cols[None, :] < suffix_len[:, None]
-                s_ids = np.where(s_inside, flat[np.where(s_inside, (offsets[seq] + start)[:, None] + s_cols, 0)], 0)
-                s_ids_t = torch.from_numpy(s_ids).to(device)
+                s_ids_t = torch.from_numpy(_padded_rows(flat, offsets[seq] + start, suffix_len)).to(device)
+                s_cols = np.arange(s_ids_t.shape[1])
                 s_valid = torch.from_numpy(s_cols[None, 1:] < suffix_len[:, None]).to(device)
-                cache = out.cache if cache_argument(model) == "cache" else out.past_key_values
-                cache.reorder_cache(torch.from_numpy(grp).to(device))
-                mask = torch.cat([prefix_valid[torch.from_numpy(grp).to(device)], s_valid], dim=1)
+                grp_t = torch.from_numpy(grp).to(device)
+                cache = getattr(out, cache_name)
+                cache.reorder_cache(grp_t)
+                mask = torch.cat([prefix_valid[grp_t], s_valid], dim=1)
                 positions = torch.from_numpy(start[:, None] + s_cols[None, :-1]).to(device)
                 if fed is not None:
                     fed.append(s_ids_t[:, :-1].numel())
@@ -153,7 +156,7 @@ def shared_prefix_sums(
                     attention_mask=mask.long(),
                     position_ids=positions,
                     use_cache=False,
-                    **{cache_argument(model): cache},
+                    **{cache_name: cache},
                 ).logits
                 own = _target_logprobs(s_logits, s_ids_t[:, 1:]).double().masked_fill(~s_valid, 0.0).sum(dim=1)
                 totals[rows_s] += own.cpu().numpy()
@@ -180,13 +183,9 @@ def capped_positions(flat: np.ndarray, offsets: np.ndarray, batch_size: int, cap
         for part in np.array_split(group, range(cap, len(group), cap)):
             groups.append((part, int(prefix) if len(part) > 1 else int(lengths[part[0]]) - 1))
     groups.sort(key=lambda item: (-item[1], -int(lengths[item[0]].max())))  # the better of the orders tried
-    total, lo = 0, 0
-    while lo < len(groups):
-        hi, rows = lo, 0
-        while hi < len(groups) and (hi == lo or rows + len(groups[hi][0]) <= batch_size):
-            rows += len(groups[hi][0])
-            hi += 1
-        batch, lo = groups[lo:hi], hi
+    total = 0
+    for lo, hi in chunks(np.array([len(part) for part, _ in groups]), batch_size):
+        batch = groups[lo:hi]
         total += len(batch) * max(prefix for _, prefix in batch)
         endings = np.concatenate([lengths[part] - 1 - prefix for part, prefix in batch])
         endings = endings[endings > 0]
@@ -215,7 +214,7 @@ def main() -> None:
     pairs = load_blimp(args.data_dir).group_by("paradigm", maintain_order=True).head(args.n_pairs)
     texts = list(dict.fromkeys(pairs["sentence_good"].to_list() + pairs["sentence_bad"].to_list()))
     flat, offsets, _ = _tokenize(tokenizer, texts, "harness")
-    _, starts, prefixes = prefix_groups(flat, offsets)
+    members, starts, prefixes = prefix_groups(flat, offsets)
     useful_plain = int((offsets[1:] - offsets[:-1] - 1).sum())
     print(
         f"{pairs.height} pairs, {len(texts)} distinct sentences, {len(prefixes)} prefix groups "
@@ -229,7 +228,6 @@ def main() -> None:
     shared = shared_prefix_sums(model, flat, offsets, batch_size=args.batch_size, fed=fed)
     shared_s = time.perf_counter() - start
     lengths = offsets[1:] - offsets[:-1]
-    members, _, _ = prefix_groups(flat, offsets)
     group_of = np.repeat(np.arange(len(prefixes)), np.diff(starts))
     useful_shared = int(prefixes.sum() + np.maximum(lengths[members] - 1 - prefixes[group_of], 0).sum())
     padded_plain = plain_positions(offsets, args.batch_size)

@@ -90,18 +90,16 @@ _REUSED = re.compile(r"model (?P<key>\(.*\)) reused from this process's pool")
 def count_loads(log_files: Iterable[str | os.PathLike]) -> dict[str, dict[str, int]]:
     """Loads and reuses per model key, read from job logs (the lines :meth:`ModelPool.checkout` writes), with the
     number of distinct processes that loaded each: what a run really paid in model loads."""
-    counts: dict[str, dict[str, int]] = {}
-    pids: dict[str, set[str]] = {}
+    loads: dict[str, list[str]] = {}  # key -> pid of each load
+    reuses: dict[str, int] = {}
     for path in log_files:
         with open(path, errors="replace") as fh:
             for line in fh:
-                if (m := _LOADED.search(line)) or (m := _REUSED.search(line)):
-                    row = counts.setdefault(m["key"], {"loads": 0, "reuses": 0, "processes": 0})
-                    if "pid" in m.groupdict():
-                        row["loads"] += 1
-                        pids.setdefault(m["key"], set()).add(m["pid"])
-                    else:
-                        row["reuses"] += 1
-    for key, row in counts.items():
-        row["processes"] = len(pids.get(key, ()))
-    return counts
+                if m := _LOADED.search(line):
+                    loads.setdefault(m["key"], []).append(m["pid"])
+                elif m := _REUSED.search(line):
+                    reuses[m["key"]] = reuses.get(m["key"], 0) + 1
+    return {
+        key: {"loads": len(loads.get(key, ())), "reuses": reuses.get(key, 0), "processes": len(set(loads.get(key, ())))}
+        for key in loads.keys() | reuses.keys()
+    }

@@ -17,8 +17,9 @@ def rules_with(line_of_rule: str, root: str | Path = ".") -> set[str]:
     files = [root / "Snakefile", *sorted((root / "workflow" / "rules").glob("*.smk"))]
     if not files[0].is_file():
         raise FileNotFoundError(f"{files[0]}: not a workflow root (no Snakefile)")
-    found, rule = set(), None
+    found = set()
     for path in files:
+        rule = None  # lines before a file's first rule belong to no rule
         for line in path.read_text().splitlines():
             if line.startswith("rule "):
                 rule = line.split()[1].rstrip(":")

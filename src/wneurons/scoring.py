@@ -185,13 +185,12 @@ def _tokenize(tokenizer, texts: Sequence[str], convention: str) -> tuple[np.ndar
     return flat, offsets, n_bos
 
 
-def _padded_batch(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Right-padded ``[len(rows), max_len]`` token ids (pad id 0, masked anyway) and the per-row lengths."""
-    starts, lengths = offsets[rows], offsets[rows + 1] - offsets[rows]
+def _padded_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Right-padded ``[len(starts), max(lengths)]`` token ids, row i = ``flat[starts[i] : starts[i] + lengths[i]]``
+    (pad id 0, masked anyway)."""
     cols = np.arange(int(lengths.max()))
     inside = cols[None, :] < lengths[:, None]
-    ids = np.where(inside, flat[np.where(inside, starts[:, None] + cols[None, :], 0)], 0)
-    return ids, lengths
+    return np.where(inside, flat[np.where(inside, starts[:, None] + cols[None, :], 0)], 0)
 
 
 def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -235,7 +234,8 @@ def _batched_logprob_sums(
     with torch.inference_mode():
         for lo in range(0, n, batch_size):
             rows = order[lo : lo + batch_size]
-            ids, lengths = _padded_batch(flat, offsets, rows)
+            lengths = offsets[rows + 1] - offsets[rows]
+            ids = _padded_rows(flat, offsets[rows], lengths)
             ids_t = torch.from_numpy(ids).to(device)
             # Position t predicts token t+1; the last position predicts nothing, so it is not fed.
             inputs, targets = ids_t[:, :-1], ids_t[:, 1:]
