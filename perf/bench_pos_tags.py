@@ -1,4 +1,4 @@
-"""POS tagging (wneurons.pos.tag_tokens, spaCy with tagger, attribute ruler and parser) vs scoring the same tokens'
+"""POS tagging (wneurons.core.pos.tag_tokens, spaCy with tagger, attribute ruler and parser) vs scoring the same tokens'
 perplexity with SmolLM2-135M, in one run: tokens/s of each side and their ratio.
 
     OMP_NUM_THREADS=2 .venv/bin/python perf/bench_pos_tags.py --model-dir resources/models/smollm2-135m \
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from wneurons.data import load_wikitext
-from wneurons.models import load_model
-from wneurons.pos import tag_tokens
-from wneurons.scoring import perplexity
+from wneurons.core.pos import tag_tokens
+from wneurons.lm.models import load_model
+from wneurons.lm.scoring import perplexity
+from wneurons.store.data import load_wikitext
 
 
 def main() -> None:

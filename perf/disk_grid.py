@@ -2,7 +2,7 @@
 
     python perf/disk_grid.py [config/config.yaml]
 
-Shards of one revision = layers x d_ff x tokens x 2 bytes (float16; wneurons.grid.shard_bytes, which adds the
+Shards of one revision = layers x d_ff x tokens x 2 bytes (float16; wneurons.experiment.grid.shard_bytes, which adds the
 small MD inputs). "Before" = every layer at every revision, never deleted (the workflow before neurons.layers and
 temp shards): peak = total. "After" = neurons.layers applied; a revision's shards are deleted once its statistics
 are written, except Figure 1's model(s) (kept as hard links), so what stays is those, and the peak is what stays
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from wneurons.config import validate_config
-from wneurons.grid import WIKITEXT2_TEST_TOKENS, collected_layers, neurons_per_layer_of, shard_bytes
+from wneurons.experiment.config import validate_config
+from wneurons.experiment.grid import WIKITEXT2_TEST_TOKENS, collected_layers, neurons_per_layer_of, shard_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 

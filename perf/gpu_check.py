@@ -68,11 +68,11 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of every token count (smoke runs)")
     args = parser.parse_args()
 
-    from wneurons.ablation import clamp_negative_preactivations
-    from wneurons.activations import collect_activation_shards
-    from wneurons.scoring import _batched_logprob_sums, perplexity
-    from wneurons.selection import select_neurons
-    from wneurons.stats import neuron_statistics
+    from wneurons.core.selection import select_neurons
+    from wneurons.core.stats import neuron_statistics
+    from wneurons.lm.ablation import clamp_negative_preactivations
+    from wneurons.lm.activations import collect_activation_shards
+    from wneurons.lm.scoring import _batched_logprob_sums, perplexity
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import yaml
 
-from wneurons.grid import WIKITEXT2_TEST_TOKENS
-from wneurons.rule_files import rules_with
+from wneurons.experiment.grid import WIKITEXT2_TEST_TOKENS
+from wneurons.experiment.rule_files import rules_with
 
 ROOT = Path(__file__).resolve().parents[1]
 

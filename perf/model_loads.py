@@ -1,5 +1,5 @@
 """Model loads a finished run really paid, read from its job logs: loads, reuses from the per-process pool
-(:mod:`wneurons.model_pool`) and loading processes per (model, source, revision, dtype, device).
+(:mod:`wneurons.lm.model_pool`) and loading processes per (model, source, revision, dtype, device).
 
     python perf/model_loads.py logs/            # after `make demo` (one process: jobs share loaded models)
     python perf/model_loads.py logs/ --json loads.json
@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from wneurons.model_pool import count_loads
+from wneurons.lm.model_pool import count_loads
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """Prefix sharing for minimal-pair scoring, measured: the scoring engine with each shared prefix fed once, side by
-side with the project's engine (`wneurons.scoring`), on the same sentences, model and threads.
+side with the project's engine (`wneurons.lm.scoring`), on the same sentences, model and threads.
 
     OMP_NUM_THREADS=2 python perf/prefix_sharing.py --model-dir resources/models/smollm2-135m --n-pairs 20 --threads 2
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wneurons.scoring import _batched_logprob_sums, _model_device, _padded_rows, _target_logprobs, _tokenize
+from wneurons.lm.scoring import _batched_logprob_sums, _model_device, _padded_rows, _target_logprobs, _tokenize
 
 # Sequences that share at least this many leading tokens (the context token included) are scored from one prefix.
 _MIN_SHARED_PREFIX = 2
@@ -93,7 +93,7 @@ def shared_prefix_sums(
     batch_size: int,
     fed: list[int] | None = None,
 ) -> np.ndarray:
-    """Same as :func:`wneurons.scoring._batched_logprob_sums`, feeding a prefix shared by several sequences once.
+    """Same as :func:`wneurons.lm.scoring._batched_logprob_sums`, feeding a prefix shared by several sequences once.
 
     Minimal pairs mostly differ near their end (BLiMP's two sentences share 3.7 of 9.9 tokens), so each group of
     :func:`prefix_groups` is scored in two forwards: its prefix, whose key/value cache and log-probs serve every
@@ -194,8 +194,8 @@ def capped_positions(flat: np.ndarray, offsets: np.ndarray, batch_size: int, cap
 
 
 def main() -> None:
-    from wneurons.data import load_blimp
-    from wneurons.models import load_model
+    from wneurons.lm.models import load_model
+    from wneurons.store.data import load_blimp
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", default="resources/models/smollm2-135m")

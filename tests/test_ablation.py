@@ -7,8 +7,8 @@ import pytest
 import torch
 from conftest import INTERMEDIATE, N_LAYERS, TINY_FAMILIES, VOCAB, build_tiny_model
 
-from wneurons.ablation import MODES, clamp_negative_preactivations
-from wneurons.registry import activation_modules, family_spec, preactivation_modules
+from wneurons.lm.ablation import MODES, clamp_negative_preactivations
+from wneurons.lm.registry import activation_modules, family_spec, preactivation_modules
 
 
 def _input_ids(seed: int = 0) -> torch.Tensor:

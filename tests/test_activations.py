@@ -11,8 +11,9 @@ import polars as pl
 import pytest
 import torch
 
-from wneurons import registry, stats
-from wneurons.activations import ShardIndex, collect_activation_shards, load_layer
+from wneurons.core import stats
+from wneurons.lm import registry
+from wneurons.lm.activations import ShardIndex, collect_activation_shards, load_layer
 
 WINDOW = 16
 TEXT = "The keys to the cabinet are on the table, and the dogs that bark never bite. " * 6
@@ -215,7 +216,7 @@ def test_neuron_statistics_table_from_shards(tiny_model, tmp_path):
 
 
 def test_figures_1_and_2a_from_shards(tiny_model, tmp_path):
-    from wneurons.figures import figure1, figure2a
+    from wneurons.report.figures import figure1, figure2a
 
     shards = {}
     for family in ("llama", "opt"):
@@ -265,7 +266,7 @@ def test_statistics_from_float16_window_blocks_equal_the_public_functions(tiny_m
 def test_a_failed_shard_write_surfaces_and_leaves_nothing(tiny_model, tmp_path, monkeypatch):
     import errno
 
-    from wneurons import activations
+    from wneurons.lm import activations
 
     def disk_full(fd, data, position):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -283,7 +284,8 @@ def test_a_failed_shard_write_surfaces_and_leaves_nothing(tiny_model, tmp_path, 
 def test_device_and_cpu_block_paths_write_the_same_bytes(tmp_path, dtype):
     # The accelerator path (transposed by the device) cannot run here; with the decision forced, both paths must
     # put the same neuron-major bytes into the file, through the page cache and with O_DIRECT.
-    from wneurons import activations, shard_io
+    from wneurons.lm import activations
+    from wneurons.store import shard_io
 
     y = torch.randn(2 * 256, 32)  # 256 tokens x 32 neurons: 16 or 32 KiB per window, aligned for O_DIRECT
     files = []
@@ -306,7 +308,7 @@ def test_device_and_cpu_block_paths_write_the_same_bytes(tmp_path, dtype):
 
 def test_direct_and_buffered_shards_hold_the_same_values(tiny_model, tmp_path, monkeypatch):
     # window 128 x 96 neurons x 2 bytes = 24 KiB per window block: aligned, so "auto" writes with O_DIRECT.
-    from wneurons import activations
+    from wneurons.lm import activations
 
     direct_reads, real_open_direct = [], activations.open_direct
 
@@ -336,7 +338,7 @@ def test_direct_and_buffered_shards_hold_the_same_values(tiny_model, tmp_path, m
 
 
 def test_direct_io_where_it_is_impossible(tiny_model, tmp_path, monkeypatch):
-    from wneurons import activations
+    from wneurons.lm import activations
 
     model = tiny_model("llama")
     with pytest.raises(ValueError, match=r"shard io 'direct': .*\(3072 bytes\) is not a multiple of 4096"):
@@ -357,7 +359,7 @@ def test_direct_io_where_it_is_impossible(tiny_model, tmp_path, monkeypatch):
 
 
 def test_a_failure_while_creating_the_shard_files_closes_what_was_opened(tiny_model, tmp_path, monkeypatch):
-    from wneurons import activations
+    from wneurons.lm import activations
 
     created, real_create = [], activations.create_npy
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from wneurons import io
 from wneurons.jobs import aggregate_job, mean_and_sem
+from wneurons.store import io
 
 
 def result(selector, overall, *, trial=0, seed=0, scope="all", percent=1.0, terms=None):
@@ -87,7 +87,7 @@ def test_matched_gap_is_the_gap_ppl_json_shows(tmp_path, caplog, matched_ppl, co
     assert matched["matched_tolerance"] == 0.02
     assert matched["matched_converged"] is converged
     assert ("exceeds tolerance" in caplog.text) is not converged
-    from wneurons.figures import figure3, unmatched_controls
+    from wneurons.report.figures import figure3, unmatched_controls
 
     flagged = unmatched_controls(out)
     assert list(flagged) == ([] if converged else [1.0])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from wneurons import io
-from wneurons.analysis_jobs import figure3d_job, figure5_job, figure6a_job, figure7_job
+from wneurons.jobs.analyses import figure3d_job, figure5_job, figure6a_job, figure7_job
+from wneurons.store import io
 
 
 def _composition(layers=4):

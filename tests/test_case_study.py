@@ -6,9 +6,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from wneurons.case_study import FUNCTION_WORDS, all_pair_distances, pairing_robustness, top_pair_table
-from wneurons.layerwise import correlations, normalize_minmax, paired_error
-from wneurons.pairs import input_distances, pair_ratios
+from wneurons.core.case_study import FUNCTION_WORDS, all_pair_distances, pairing_robustness, top_pair_table
+from wneurons.core.layerwise import correlations, normalize_minmax, paired_error
+from wneurons.core.pairs import input_distances, pair_ratios
 
 
 def _neuron(seed=0, pairs=50):

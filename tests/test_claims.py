@@ -7,8 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from wneurons.claims import CLAIMS, FAILS, HOLDS, NO_DATA, NOT_RUN, Run, claim_rows
-from wneurons.replication import claims_markdown, replication_table_job
+from wneurons.report.claims import CLAIMS, FAILS, HOLDS, NO_DATA, NOT_RUN, Run, claim_rows
+from wneurons.report.replication import claims_markdown, replication_table_job
 
 K = 300  # neurons per layer: 1% = 3 neurons
 
@@ -280,7 +280,7 @@ def test_replication_table_job_writes_md_and_json(tmp_path, monkeypatch):
 
 
 def test_html_table_escapes_every_cell_and_shows_provenance(tmp_path):
-    from wneurons.replication import claims_html
+    from wneurons.report.replication import claims_html
 
     row = {
         "id": "C1",

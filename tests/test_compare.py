@@ -1,8 +1,8 @@
-"""wneurons.compare: result trees equal, different, or one a subset of the other."""
+"""wneurons.report.compare: result trees equal, different, or one a subset of the other."""
 
 import json
 
-from wneurons.compare import compare_result_trees
+from wneurons.report.compare import compare_result_trees
 
 
 def _tree(root, files):

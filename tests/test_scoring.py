@@ -1,4 +1,4 @@
-"""Sentence log-probs, minimal-pair scoring and perplexity (wneurons.scoring).
+"""Sentence log-probs, minimal-pair scoring and perplexity (wneurons.lm.scoring).
 
 The batched, length-sorted, padded implementation is checked against a plain per-sentence computation written
 here, on a tiny random Llama whose vocabulary matches SmolLM2's tokenizer (read offline from the GGUF in the
@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 import torch
 
-from wneurons.scoring import (
+from wneurons.lm.scoring import (
     BLIMP_ITEM_COLUMNS,
     PPL_TOKEN_COLUMNS,
     TSE_ITEM_COLUMNS,
@@ -322,7 +322,7 @@ def test_perplexity_window_defaults_to_context_length_and_rejects_short_text(mod
 def test_smollm2_blimp_accuracy_is_well_above_chance():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from wneurons.data import load_blimp
+    from wneurons.store.data import load_blimp
 
     blimp_dir = SHARED_DATA / "blimp" / "data"
     if not blimp_dir.is_dir():

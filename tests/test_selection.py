@@ -4,7 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from wneurons.selection import (
+from wneurons.core.selection import (
     bottom_percent_indices,
     neurons_per_layer,
     perplexity_matched_fraction,

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from wneurons import shard_io
+from wneurons.store import shard_io
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])

@@ -1,4 +1,4 @@
-"""The science functions of wneurons.stats: exact WD against independent integration, properties, MD."""
+"""The science functions of wneurons.core.stats: exact WD against independent integration, properties, MD."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import scipy.stats
 import torch
 from scipy import integrate, special
 
-from wneurons import stats
+from wneurons.core import stats
 
 
 def _standardize(y: np.ndarray) -> np.ndarray:

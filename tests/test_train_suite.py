@@ -1,4 +1,4 @@
-"""The demo's miniature training run (wneurons.train_suite): reproducible, and kept off the statistics' text."""
+"""The demo's miniature training run (wneurons.lm.train_suite): reproducible, and kept off the statistics' text."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from wneurons import io
-from wneurons.train_suite import train_checkpoint_suite
+from wneurons.lm.train_suite import train_checkpoint_suite
+from wneurons.store import io
 
 WORDS = "the dog cat runs sleeps a of and to in that is was for on with as by at from".split()
 TRAIN = {

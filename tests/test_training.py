@@ -1,4 +1,4 @@
-"""Training dynamics (wneurons.training): cohorts, emergence, cosine drift, the integrity gate, correlations."""
+"""Training dynamics (wneurons.core.dynamics): cohorts, emergence, cosine drift, the integrity gate, correlations."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from wneurons import training
+from wneurons.core import dynamics, uncertainty
+from wneurons.store import checkpoints
 
 
 def _table(wd_by_layer: dict[int, np.ndarray], md_by_layer: dict[int, np.ndarray] | None = None) -> pl.DataFrame:
@@ -28,7 +29,7 @@ def test_cohort_chosen_at_final_revision_is_looked_up_at_every_checkpoint():
     final_l1 = np.linspace(0.0, 0.1, k)
     final_l1[[7, 3]] = [5.0, 4.0]
     final = _table({0: np.linspace(0, 1, k), 1: final_l1})
-    cohorts = training.choose_cohorts(final)
+    cohorts = dynamics.choose_cohorts(final)
     assert cohorts["wd_layer"]["layers"] == {"1": [3, 7]}
     assert cohorts["wd_all_layers"]["n_per_layer"] == {"0": 10, "1": 10}
     # An early checkpoint where other neurons (0, 1) lead: the cohort stays 3 and 7, with their values there.
@@ -36,7 +37,7 @@ def test_cohort_chosen_at_final_revision_is_looked_up_at_every_checkpoint():
     early_l1[[0, 1]] = 9.0
     early_l1[[3, 7]] = [2.0, 4.0]
     early = _table({0: np.zeros(k), 1: early_l1})
-    got = training.cohort_statistic(early, cohorts["wd_layer"])
+    got = dynamics.cohort_statistic(early, cohorts["wd_layer"])
     assert got["cohort_mean"] == pytest.approx(3.0)
     assert got["cohort_sem"] == pytest.approx(np.std([2.0, 4.0], ddof=1) / math.sqrt(2))
     assert got["layer_mean"] == pytest.approx(early_l1.mean())
@@ -47,30 +48,30 @@ def test_md_cohort_uses_the_given_md_values():
     k = 100
     final = _table({0: np.zeros(k), 1: np.zeros(k)}, {0: np.zeros(k), 1: np.arange(k, dtype=float)})
     pair_md = _table({1: np.zeros(k)}, {1: -np.arange(k, dtype=float)}).select("layer", "neuron", "md")
-    assert training.choose_cohorts(final)["md_layer"]["layers"]["1"] == [95, 96, 97, 98, 99]
-    assert training.choose_cohorts(final, md_values=pair_md)["md_layer"]["layers"]["1"] == [0, 1, 2, 3, 4]
+    assert dynamics.choose_cohorts(final)["md_layer"]["layers"]["1"] == [95, 96, 97, 98, 99]
+    assert dynamics.choose_cohorts(final, md_values=pair_md)["md_layer"]["layers"]["1"] == [0, 1, 2, 3, 4]
 
 
 def test_emergence_step_on_a_synthetic_series():
     steps = [0, 1000, 4000, 16000, 32000, 143000]
     values = [0.1, 0.2, 0.5, 0.92, 1.05, 1.0]  # final 1.0: 90% first reached at 16000
-    assert training.emergence_step(steps, values) == 16000
-    assert training.emergence_step(list(reversed(steps)), list(reversed(values))) == 16000  # order-free
-    assert training.emergence_step(steps, values, fraction=0.5) == 4000
-    assert training.emergence_step([0, 10], [0.0, 0.0]) is None
+    assert dynamics.emergence_step(steps, values) == 16000
+    assert dynamics.emergence_step(list(reversed(steps)), list(reversed(values))) == 16000  # order-free
+    assert dynamics.emergence_step(steps, values, fraction=0.5) == 4000
+    assert dynamics.emergence_step([0, 10], [0.0, 0.0]) is None
 
 
 def test_cosine_drift_on_hand_made_rows():
     a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.0]])
     b = np.array([[1.0, 0.0], [1.0, 0.0], [-1.0, -1.0], [1.0, 1.0]])
-    cd = training.cosine_dissimilarity(a, b)
+    cd = dynamics.cosine_dissimilarity(a, b)
     np.testing.assert_allclose(cd, [0.0, 1.0, 2.0, 1.0 - 1.0 / math.sqrt(2.0)])
-    ncd = training.normalized_drift(a, b)
+    ncd = dynamics.normalized_drift(a, b)
     assert ncd.mean() == pytest.approx(1.0)  # normalized to the layer's mean
     np.testing.assert_allclose(ncd, cd / cd.mean())
-    np.testing.assert_allclose(training.cosine_dissimilarity(a[:2], 3.0 * a[:2]), 0.0, atol=1e-12)  # direction only
+    np.testing.assert_allclose(dynamics.cosine_dissimilarity(a[:2], 3.0 * a[:2]), 0.0, atol=1e-12)  # direction only
     c = b[::-1].copy()
-    table = training.cosine_drift({"step20": c, "step0": a, "step10": b}, cohort=np.array([1, 2]))
+    table = dynamics.cosine_drift({"step20": c, "step0": a, "step10": b}, cohort=np.array([1, 2]))
     assert table["start"].to_list() == ["step0", "step10"]
     assert table["end_step"].to_list() == [10, 20]
     assert table["cohort_ncd_mean"][0] == pytest.approx(ncd[[1, 2]].mean())
@@ -79,34 +80,34 @@ def test_cosine_drift_on_hand_made_rows():
 
 def test_identical_checkpoints_have_no_drift_to_normalize():
     a = np.random.default_rng(0).normal(size=(5, 3))
-    with pytest.raises(training.CheckpointIntegrityError, match="identical"):
-        training.normalized_drift(a, a.copy())
+    with pytest.raises(dynamics.CheckpointIntegrityError, match="identical"):
+        dynamics.normalized_drift(a, a.copy())
 
 
 def test_integrity_gate_names_identical_checkpoints():
     hashes = {"step0": "a" * 64, "step1000": "b" * 64, "step2000": "b" * 64, "step3000": "c" * 64}
-    with pytest.raises(training.CheckpointIntegrityError, match="step1000, step2000 have identical weights"):
-        training.check_integrity(hashes, final_revision="step143000")
+    with pytest.raises(dynamics.CheckpointIntegrityError, match="step1000, step2000 have identical weights"):
+        dynamics.check_integrity(hashes, final_revision="step143000")
     hashes = {"step0": "a" * 64, "step140000": "f" * 64, "step143000": "f" * 64}
-    with pytest.raises(training.CheckpointIntegrityError, match="step140000, step143000 equal the final"):
-        training.check_integrity(hashes, final_revision="step143000")
-    training.check_integrity({"step0": "a" * 64, "step10": "b" * 64}, final_revision="step10")
+    with pytest.raises(dynamics.CheckpointIntegrityError, match="step140000, step143000 equal the final"):
+        dynamics.check_integrity(hashes, final_revision="step143000")
+    dynamics.check_integrity({"step0": "a" * 64, "step10": "b" * 64}, final_revision="step10")
 
 
 def test_correlation_with_bootstrap_ci():
     rng = np.random.default_rng(1)
     x = np.arange(12.0)
     y = 2 * x + rng.normal(scale=0.5, size=x.size)
-    got = training.correlation_with_ci(x, y, n_boot=500, seed=3)
+    got = uncertainty.correlation_with_ci(x, y, n_boot=500, seed=3)
     assert got["pearson_r"] > 0.99 and got["spearman_rho"] > 0.95
     assert got["pearson_ci"][0] <= got["pearson_r"] <= got["pearson_ci"][1]
-    assert got == training.correlation_with_ci(x, y, n_boot=500, seed=3)  # seeded
-    bowl = training.correlation_with_ci(x, (x - x.mean()) ** 2, n_boot=500, seed=3)  # r = 0 exactly
+    assert got == uncertainty.correlation_with_ci(x, y, n_boot=500, seed=3)  # seeded
+    bowl = uncertainty.correlation_with_ci(x, (x - x.mean()) ** 2, n_boot=500, seed=3)  # r = 0 exactly
     assert bowl["pearson_r"] == pytest.approx(0.0, abs=1e-12)
     assert bowl["pearson_ci"][0] < 0 < bowl["pearson_ci"][1]
-    short = training.correlation_with_ci([1, 2], [3, 4])
+    short = uncertainty.correlation_with_ci([1, 2], [3, 4])
     assert short["pearson_r"] is None and short["undefined"] == "2 finite pairs (needs 3)"
-    flat = training.correlation_with_ci(x, np.zeros_like(x))  # e.g. an ablation that changes no decision
+    flat = uncertainty.correlation_with_ci(x, np.zeros_like(x))  # e.g. an ablation that changes no decision
     assert flat["spearman_ci"] == [None, None] and flat["undefined"] == "y is constant"
     json.dumps(flat, allow_nan=False)  # results are written with allow_nan=False
 
@@ -122,40 +123,40 @@ def test_local_suite_steps_from_names_and_from_a_manifest(tmp_path):
     for name in ("checkpoint-500", "step0", "checkpoint-1500"):
         _fake_checkpoint(tmp_path / "named", name)
     (tmp_path / "named" / "logs").mkdir()
-    found = training.suite_checkpoints(tmp_path / "named")
+    found = checkpoints.suite_checkpoints(tmp_path / "named")
     assert list(found) == ["step0", "step500", "step1500"]
     suite = tmp_path / "listed"
     for name in ("init", "mid", "end"):
         _fake_checkpoint(suite, name)
     manifest = {"checkpoints": [{"step": 9, "path": "end"}, {"step": 0, "path": "init"}, {"step": 4, "path": "mid"}]}
     (suite / "manifest.json").write_text(json.dumps(manifest))
-    found = training.suite_checkpoints(suite, steps_from="manifest")
+    found = checkpoints.suite_checkpoints(suite, steps_from="manifest")
     assert found == {"step0": str(suite / "init"), "step4": str(suite / "mid"), "step9": str(suite / "end")}
     with pytest.raises(ValueError, match="no checkpoint directories"):
-        training.suite_checkpoints(tmp_path / "listed")
+        checkpoints.suite_checkpoints(tmp_path / "listed")
 
 
 def test_weight_rows_read_from_safetensors_and_bin(tmp_path, tiny_model):
     import torch
 
     model = tiny_model("gpt_neox")
-    name = training.weight_tensor_name("gpt_neox.layers", "mlp.dense_h_to_4h", 1)
+    name = checkpoints.weight_tensor_name("gpt_neox.layers", "mlp.dense_h_to_4h", 1)
     expected = model.state_dict()[name].numpy()
     model.save_pretrained(tmp_path / "st", safe_serialization=True)
     (tmp_path / "bin").mkdir()
     torch.save(model.state_dict(), tmp_path / "bin" / "pytorch_model.bin")
-    assert training.read_weight_rows(tmp_path / "st", ["model.layers.1.x.weight", name])[0] == name
-    np.testing.assert_array_equal(training.read_weight_rows(tmp_path / "st", name)[1], expected)
-    np.testing.assert_array_equal(training.read_weight_rows(tmp_path / "bin", name)[1], expected)
+    assert checkpoints.read_weight_rows(tmp_path / "st", ["model.layers.1.x.weight", name])[0] == name
+    np.testing.assert_array_equal(checkpoints.read_weight_rows(tmp_path / "st", name)[1], expected)
+    np.testing.assert_array_equal(checkpoints.read_weight_rows(tmp_path / "bin", name)[1], expected)
     with pytest.raises(KeyError, match="no tensor"):
-        training.read_weight_rows(tmp_path / "st", "gpt_neox.layers.9.mlp.dense_h_to_4h.weight")
+        checkpoints.read_weight_rows(tmp_path / "st", "gpt_neox.layers.9.mlp.dense_h_to_4h.weight")
 
 
 def test_local_suite_and_hub_revisions_enumerate_the_same_jobs(tmp_path):
     from pathlib import Path
 
-    from wneurons.config import validate_config
-    from wneurons.grid import conditions_for
+    from wneurons.experiment.config import validate_config
+    from wneurons.experiment.grid import conditions_for
 
     repo = Path(__file__).resolve().parents[1]
     schema = repo / "workflow/schemas/config.schema.yaml"
@@ -179,9 +180,9 @@ def test_local_suite_and_hub_revisions_enumerate_the_same_jobs(tmp_path):
         config = validate_config({"models": {"m": common | source}, "data": data}, schema, workdir=repo)
         spec = config["models"]["m"]
         if kind == "suite":
-            dirs = training.resolve_checkpoint_suite("m", spec, trained_dir="unused")
+            dirs = checkpoints.resolve_checkpoint_suite("m", spec, trained_dir="unused")
             assert dirs["step1000"] == str(tmp_path / "suite" / "checkpoint-1000")
-        revisions = training.training_revisions(spec)
+        revisions = checkpoints.training_revisions(spec)
         configs[kind] = [(r, conditions_for(config, "m", r)) for r in revisions]
     assert configs["hub"] == configs["suite"]
     assert [r for r, _ in configs["suite"]] == ["step0", "step1000", "step2000"]
@@ -201,7 +202,7 @@ def test_integrity_gate_on_saved_checkpoints_names_the_identical_pair(tmp_path, 
         records.append(str(record))
     rows0 = np.load(tmp_path / "step0.npy")
     assert rows0.shape == (96, 32)  # conftest's tiny model: 96 neurons of d_in 32
-    with pytest.raises(training.CheckpointIntegrityError, match="step10, step20 have identical weights"):
+    with pytest.raises(dynamics.CheckpointIntegrityError, match="step10, step20 have identical weights"):
         jobs.integrity_job(records, "step30", str(tmp_path / "integrity.json"), mode="error")
     assert not (tmp_path / "integrity.json").exists()
     kept = jobs.integrity_job(records, "step30", str(tmp_path / "integrity.json"), mode="drop")
@@ -209,7 +210,8 @@ def test_integrity_gate_on_saved_checkpoints_names_the_identical_pair(tmp_path, 
 
 
 def test_emergence_follows_the_final_cohort_through_checkpoints(tmp_path):
-    from wneurons import io, jobs
+    from wneurons import jobs
+    from wneurons.store import io
 
     k, revisions = 300, ["step0", "step100", "step1000"]
     rng = np.random.default_rng(0)
@@ -229,7 +231,7 @@ def test_emergence_follows_the_final_cohort_through_checkpoints(tmp_path):
             io.write_json(path, {"scores": {"overall": acc, "by_task": by_task}})
             inputs[bench].append(str(path))
     final_table = pl.read_parquet(inputs["neurons"][-1])
-    cohorts = {"cohorts": training.choose_cohorts(final_table)}
+    cohorts = {"cohorts": dynamics.choose_cohorts(final_table)}
     assert cohorts["cohorts"]["wd_layer"]["layers"] == {"1": [5, 50, 250]}
     io.write_json(tmp_path / "cohorts.json", cohorts)
     io.write_json(tmp_path / "integrity.json", {"dropped": []})

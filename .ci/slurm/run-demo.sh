@@ -8,7 +8,7 @@
 # to $REFERENCE, so the SLURM run converts the model, collects the activations and scores everything itself; the fetched data
 # (resources/data: a checksummed copy, no computation) is kept. Checked: Snakemake succeeds within $TIMEOUT s;
 # every job of a GPU rule was submitted with --gpus=1 and SLURM recorded a gpu request for it, and no other job
-# asked for one; `python -m wneurons.compare` finds no difference; the activation shards are byte-identical.
+# asked for one; `python -m wneurons.report.compare` finds no difference; the activation shards are byte-identical.
 # The cluster is stopped (down.sh, by pid) on exit, whatever happened.
 #
 # Environment (defaults run the demo in the repository; the others let it run on the tiny test project):
@@ -28,7 +28,7 @@ TIMEOUT=${SLURM_DEMO_TIMEOUT:-3600}
 REFERENCE=${SLURM_DEMO_REFERENCE:-$WORKDIR/.snakemake/ci-local-run}
 PYTHON=$REPO/.venv/bin/python
 # Rules that declare `gpu=1`; every other rule must not ask for a GPU.
-mapfile -t GPU_RULES < <("$PYTHON" -m wneurons.rule_files --root "$REPO" "gpu=1,")
+mapfile -t GPU_RULES < <("$PYTHON" -m wneurons.experiment.rule_files --root "$REPO" "gpu=1,")
 
 log() { echo "run-demo.sh: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -126,7 +126,7 @@ PY
 # A run of a few targets is compared file by file with the matching part of the full local run.
 SUBSET=()
 [ "${TARGETS[*]}" = all ] || SUBSET=(--subset)
-"$PYTHON" -m wneurons.compare "${SUBSET[@]}" "$REFERENCE/results" "$WORKDIR/results"
+"$PYTHON" -m wneurons.report.compare "${SUBSET[@]}" "$REFERENCE/results" "$WORKDIR/results"
 # Shards are temporary (deleted once their statistics are written); the ones a later job reads are kept as hard
 # links under resources/kept-activations. index.json records timings; every array must be byte-identical.
 if [ -d "$WORKDIR/resources/kept-activations" ]; then

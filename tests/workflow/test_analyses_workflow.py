@@ -10,7 +10,7 @@ import pytest
 import yaml
 from tiny_project import dry_run_jobs, make_tiny_project, snakemake
 
-from wneurons.selection import top_percent_indices
+from wneurons.core.selection import top_percent_indices
 
 pytestmark = pytest.mark.slow
 

@@ -31,7 +31,7 @@ import polars as pl
 import pytest
 from tiny_project import dry_run_jobs, make_tiny_project, snakemake_command
 
-from wneurons.compare import compare_result_trees
+from wneurons.report.compare import compare_result_trees
 
 pytestmark = pytest.mark.slow
 

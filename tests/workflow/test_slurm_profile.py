@@ -12,7 +12,7 @@ import pytest
 import yaml
 from snakemake.cli import get_argument_parser
 
-from wneurons.rule_files import rules_with
+from wneurons.experiment.rule_files import rules_with
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "profiles" / "slurm"

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from tiny_project import dry_run_jobs, make_tiny_project, snakemake
 
-from wneurons.selection import select_neurons
+from wneurons.core.selection import select_neurons
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ ITEM_COLUMNS = {
 def test_per_item_results_beside_every_scoring_json(tiny_run):
     import polars as pl
 
-    from wneurons.io import read_parquet_metadata
+    from wneurons.store.io import read_parquet_metadata
 
     base = tiny_run / "results/tiny-llama/main"
     jsons = sorted(base.glob("clean/*.json")) + sorted(base.glob("ablations/*/*/p*/t*/*.json"))

@@ -148,7 +148,7 @@ def make_tiny_project(root: Path) -> Path:
 def snakemake_command(root: Path, *args: str, threads: bool = True) -> list[str]:
     """The command line that runs the repository's Snakefile in ``root`` with its config.yaml (replacing the
     paper grid), followed by ``args``. ``threads``: jobs run in threads of the Snakemake process, as with `make
-    demo` and profiles/local (wneurons.inprocess); else each job is a process of its own, as under SLURM."""
+    demo` and profiles/local (wneurons.jobs.inprocess); else each job is a process of its own, as under SLURM."""
     return [
         *SNAKEMAKE,
         "-s",

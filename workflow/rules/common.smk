@@ -3,15 +3,15 @@
 import sys
 from pathlib import Path
 
-from wneurons import inprocess
-from wneurons.config import (
+from wneurons.jobs import inprocess
+from wneurons.experiment.config import (
     MODEL_SOURCES,
     ConfigError,
     load_yaml_strict,
     model_source,
     validate_config,
 )
-from wneurons.grid import (
+from wneurons.experiment.grid import (
     BENCHMARKS,
     Condition,
     ablated_checkpoints,
@@ -22,7 +22,7 @@ from wneurons.grid import (
     shard_bytes,
     single_layer_scopes,
 )
-from wneurons.training import by_step, resolve_checkpoint_suite, training_revisions
+from wneurons.store.checkpoints import by_step, resolve_checkpoint_suite, training_revisions
 
 try:
     # Duplicate keys (two models with one name) are lost by plain YAML; re-read the files strictly to catch them.
@@ -40,7 +40,7 @@ MODELS = config["models"]
 
 def run_script(name, input, output, params, wildcards, threads, log):
     """The body of the `run:` rules: workflow/scripts/<name> in this Snakemake process, which imports torch and
-    loads each model once for many jobs (with --force-use-threads; wneurons.inprocess says why).
+    loads each model once for many jobs (with --force-use-threads; wneurons.jobs.inprocess says why).
     """
     scripts = Path(workflow.basedir) / "workflow" / "scripts"
     inprocess.run_script(
@@ -305,7 +305,7 @@ def loader_spec(model, revision):
 
 
 def gguf_spec(wildcards):
-    """The GGUF source of a model: its config key and value (converter: wneurons.models.GGUF_CONVERTERS)."""
+    """The GGUF source of a model: its config key and value (converter: wneurons.lm.models.GGUF_CONVERTERS)."""
     spec = MODELS[wildcards.model]
     source = model_source(spec)
     return {"source": source, source: spec[source]}
@@ -634,7 +634,7 @@ def figure7_params(wildcards):
 
 
 def collect_disk_mb(wildcards):
-    """Scratch disk of one collection job: its shards (see wneurons.grid.shard_bytes) plus 1 GB headroom."""
+    """Scratch disk of one collection job: its shards (see wneurons.experiment.grid.shard_bytes) plus 1 GB headroom."""
     m, r = wildcards.model, wildcards.revision
     return 1024 + shard_bytes(config, m, collected_layers(config, m, r)) // 2**20
 
@@ -980,7 +980,7 @@ def replication_inputs(wildcards):
 
 
 def replication_run(wildcards):
-    """What wneurons.claims.Run needs: per model its family, size and files; config facts; data directories."""
+    """What wneurons.report.claims.Run needs: per model its family, size and files; config facts; data directories."""
     return {
         "models": {
             m: {

@@ -1,5 +1,5 @@
-from wneurons.analysis_jobs import pair_sample_job
 from wneurons.jobs import logged_to
+from wneurons.jobs.analyses import pair_sample_job
 
 with logged_to(snakemake.log[0], snakemake.threads):
     pair_sample_job(

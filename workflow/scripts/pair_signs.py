@@ -1,5 +1,5 @@
-from wneurons.analysis_jobs import pair_signs_job
 from wneurons.jobs import logged_to
+from wneurons.jobs.analyses import pair_signs_job
 
 with logged_to(snakemake.log[0], snakemake.threads):
     pair_signs_job(

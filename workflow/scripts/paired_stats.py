@@ -1,5 +1,5 @@
 from wneurons.jobs import logged_to
-from wneurons.replication import paired_job
+from wneurons.report.replication import paired_job
 
 with logged_to(snakemake.log[0]):
     paired_job(

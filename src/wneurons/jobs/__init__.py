@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
-from wneurons import io
+from wneurons.store import io
 
 log = logging.getLogger("wneurons")
 
@@ -30,9 +30,9 @@ log = logging.getLogger("wneurons")
 @contextlib.contextmanager
 def logged_to(path: str | os.PathLike | None, threads: int | None = None) -> Iterator[None]:
     """Send this job's log lines (and, in a process of its own, stderr) to ``path``; run it with torch's thread
-    count at the job's threads. Jobs that share a process (:mod:`wneurons.inprocess`) each log their own thread's
+    count at the job's threads. Jobs that share a process (:mod:`wneurons.jobs.inprocess`) each log their own thread's
     records only."""
-    from wneurons.inprocess import in_main_thread, torch_threads
+    from wneurons.jobs.inprocess import in_main_thread, torch_threads
 
     with torch_threads(int(threads)) if threads else contextlib.nullcontext():
         if path is None:
@@ -65,7 +65,7 @@ def logged_to(path: str | os.PathLike | None, threads: int | None = None) -> Ite
 # ---------------------------------------------------------------- data and models
 def fetch_data_job(spec: dict, out_dir: str) -> dict:
     """Copy or download one data set into ``out_dir`` and verify it against the repository's checksums."""
-    from wneurons.data import fetch_dataset, read_checksums
+    from wneurons.store.data import fetch_dataset, read_checksums
 
     return fetch_dataset(
         out_dir,
@@ -79,7 +79,7 @@ def fetch_data_job(spec: dict, out_dir: str) -> dict:
 def convert_model_job(gguf: dict, out_dir: str) -> dict:
     """Convert a GGUF model source (``{"source": "gguf_wheel" | "gguf_file", <source>: <value>}``) into a
     safetensors model directory (once)."""
-    from wneurons.models import convert_gguf_source
+    from wneurons.lm.models import convert_gguf_source
 
     return convert_gguf_source(gguf["source"], gguf[gguf["source"]], out_dir)
 
@@ -87,8 +87,8 @@ def convert_model_job(gguf: dict, out_dir: str) -> dict:
 def load_configured_model(spec: dict, dtype: str):
     """Load the model of a config entry (hub id + revision, or local directory) and check its layer count and,
     where the entry names one, its family against the loaded model's."""
-    from wneurons.models import job_device, load_model
-    from wneurons.registry import check_family, preactivation_modules
+    from wneurons.lm.models import job_device, load_model
+    from wneurons.lm.registry import check_family, preactivation_modules
 
     source = {"hub_id": spec["hub_id"], "revision": spec["revision"]} if "hub_id" in spec else {}
     model, tokenizer = load_model(**(source or {"local_path": spec["local_path"]}), dtype=dtype, device=job_device())
@@ -104,9 +104,9 @@ def load_configured_model(spec: dict, dtype: str):
 @contextlib.contextmanager
 def configured_model(spec: dict, dtype: str) -> Iterator[tuple[Any, Any]]:
     """``(model, tokenizer)`` of a config entry for the length of a job: loaded once per process and lent to the
-    next job of the same model from :data:`wneurons.model_pool.POOL` (see :mod:`wneurons.inprocess`)."""
-    from wneurons.model_pool import POOL
-    from wneurons.models import job_device
+    next job of the same model from :data:`wneurons.lm.model_pool.POOL` (see :mod:`wneurons.jobs.inprocess`)."""
+    from wneurons.lm.model_pool import POOL
+    from wneurons.lm.models import job_device
 
     key = (spec["name"], spec.get("hub_id") or spec.get("local_path"), spec["revision"], dtype, job_device())
     with POOL.checkout(key, lambda: load_configured_model(spec, dtype)) as loaded:
@@ -116,8 +116,8 @@ def configured_model(spec: dict, dtype: str) -> Iterator[tuple[Any, Any]]:
 def window_bos_of(spec: dict, model, tokenizer) -> tuple[bool, str]:
     """Whether every activation / perplexity window gets a BOS: the config entry's ``window_bos``, or (null) the
     family's default from the registry; and why."""
-    from wneurons.models import tokenizer_adds_bos
-    from wneurons.registry import family_spec, resolve_window_bos
+    from wneurons.lm.models import tokenizer_adds_bos
+    from wneurons.lm.registry import family_spec, resolve_window_bos
 
     return resolve_window_bos(spec.get("window_bos"), family_spec(model), tokenizer_adds_bos(tokenizer))
 
@@ -144,8 +144,8 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
     """Run the model over WikiText-2 test and cache every layer's pre-activations as shards in ``out_dir``;
     ``io``: how they are written (``neurons.shard_io``). Each window starts with a BOS when the model entry's
     ``window_bos`` (or its family's default) says so; index.json records the choice, its reason and the family."""
-    from wneurons.activations import collect_activation_shards
-    from wneurons.data import load_wikitext
+    from wneurons.lm.activations import collect_activation_shards
+    from wneurons.store.data import load_wikitext
 
     with configured_model(spec, params["dtype"]) as (model, tokenizer):
         window_bos, reason = window_bos_of(spec, model, tokenizer)
@@ -179,7 +179,7 @@ def keep_activations_job(shard_dir: str, out_dir: str) -> None:
 
 def neuron_stats_job(spec: dict, shard_dir: str, out_path: str, params: dict) -> pl.DataFrame:
     """WD (exact / sampled), sign split, moments and MD of every neuron, from the cached shards."""
-    from wneurons.stats import neuron_statistics
+    from wneurons.core.stats import neuron_statistics
 
     start = time.perf_counter()
     table = neuron_statistics(
@@ -210,7 +210,7 @@ def _read_neurons(path: str) -> pl.DataFrame:
 def resolve_condition(condition: dict, neurons_path: str | None, search_path: str | None) -> tuple[dict, dict]:
     """Neurons per layer of a condition and its JSON record (per-layer counts, seed, count rule, the revision
     whose table chose the neurons, the matched m%)."""
-    from wneurons.selection import select_neurons
+    from wneurons.core.selection import select_neurons
 
     record = dict(condition)
     if condition["selector"] == "clean":
@@ -235,21 +235,21 @@ def resolve_condition(condition: dict, neurons_path: str | None, search_path: st
 
 
 def _blimp_pairs(data_dir: str, evaluation: dict) -> pl.DataFrame:
-    from wneurons import data
+    from wneurons.store import data
 
     blimp = data.load_blimp(data_dir)
     return data.subsample_per_group(blimp, "paradigm", evaluation["blimp_pairs_per_paradigm"], evaluation["seed"])
 
 
 def _tse_items(data_dir: str, evaluation: dict) -> pl.DataFrame:
-    from wneurons import data
+    from wneurons.store import data
 
     tse = data.load_tse(data_dir, evaluation.get("tse_format", "pickle"))
     return data.subsample_per_group(tse, "task", evaluation["tse_items_per_subtask"], evaluation["seed"])
 
 
 def _validation_text(data_dir: str, evaluation: dict) -> str:
-    from wneurons import data
+    from wneurons.store import data
 
     return data.load_wikitext(Path(data_dir) / "wiki.valid.raw")
 
@@ -258,7 +258,7 @@ def _perplexity_options(evaluation: dict, window_bos: bool) -> dict:
     """Keyword arguments of ``scoring.perplexity`` for this evaluation. ``window_bos`` does not apply under a
     convention whose stream carries the tokenizer's own special tokens (``authors``: one BOS for the whole text,
     as the authors' code), so it is off there (docs/conventions.md, "Perplexity windows")."""
-    from wneurons.scoring import CONVENTIONS
+    from wneurons.lm.scoring import CONVENTIONS
 
     convention = evaluation["convention"]
     return {
@@ -269,7 +269,7 @@ def _perplexity_options(evaluation: dict, window_bos: bool) -> dict:
 
 
 def _score_blimp(model, tokenizer, pairs, evaluation: dict, window_bos: bool) -> tuple[dict, pl.DataFrame]:
-    from wneurons.scoring import score_blimp
+    from wneurons.lm.scoring import score_blimp
 
     return score_blimp(
         model,
@@ -282,7 +282,7 @@ def _score_blimp(model, tokenizer, pairs, evaluation: dict, window_bos: bool) ->
 
 
 def _score_tse(model, tokenizer, items, evaluation: dict, window_bos: bool) -> tuple[dict, pl.DataFrame]:
-    from wneurons.scoring import score_tse
+    from wneurons.lm.scoring import score_tse
 
     return score_tse(
         model,
@@ -295,7 +295,7 @@ def _score_tse(model, tokenizer, items, evaluation: dict, window_bos: bool) -> t
 
 
 def _score_ppl(model, tokenizer, text: str, evaluation: dict, window_bos: bool) -> tuple[dict, pl.DataFrame]:
-    from wneurons.scoring import perplexity
+    from wneurons.lm.scoring import perplexity
 
     result = perplexity(
         model,
@@ -345,7 +345,7 @@ def score_job(
     """Score one benchmark under one condition (``{"selector": "clean"}`` or an ablation); write its JSON to
     ``out_path`` and its per-item / per-token results to ``items_out`` (default: beside the JSON,
     :func:`items_path`), both with the same provenance."""
-    from wneurons.ablation import clamp_negative_preactivations
+    from wneurons.lm.ablation import clamp_negative_preactivations
 
     if benchmark not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {benchmark!r}; expected one of {', '.join(BENCHMARKS)}")
@@ -395,8 +395,8 @@ def matched_search_job(
     target is the wasserstein condition's ``ppl`` result itself: the perplexity it reaches at the chosen m is the
     one the matched condition's ppl job reports, so the gap recorded here is the gap ``ppl.json`` shows.
     """
-    from wneurons.ablation import clamp_negative_preactivations
-    from wneurons.selection import perplexity_matched_fraction, select_neurons
+    from wneurons.core.selection import perplexity_matched_fraction, select_neurons
+    from wneurons.lm.ablation import clamp_negative_preactivations
 
     target_result = io.read_json(target_path)
     condition = target_result["condition"]
@@ -517,7 +517,7 @@ def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: 
     Conditions are keyed ``{scope}/{selector}/p{percent}``; random trials are summarised as mean and SEM with
     every trial kept.
     """
-    from wneurons.grid import format_percent
+    from wneurons.experiment.grid import format_percent
 
     results = [io.read_json(p) for p in result_paths]
     clean = [r for r in results if r["condition"]["selector"] == "clean"]
@@ -564,8 +564,8 @@ def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: 
 def figure1_job(inputs: dict, out_path: str, params: dict) -> None:
     """Figure 1 from the shards and neuron tables of the figure model (index 0) and its ReLU contrast (index 1);
     each member's nonlinearity is its family's, as recorded in its neuron table."""
-    from wneurons.figures import figure1
-    from wneurons.registry import family_spec
+    from wneurons.lm.registry import family_spec
+    from wneurons.report.figures import figure1
 
     def member(i: int) -> tuple:
         # The family recorded from the loaded model when its neuron table was made (the config key is optional).
@@ -591,7 +591,7 @@ def figure1_job(inputs: dict, out_path: str, params: dict) -> None:
 
 def figure2a_job(neuron_tables: list[str], models: list[str], out_path: str, layer: int) -> None:
     """Figure 2a: WD distribution of one layer for every model (final revisions)."""
-    from wneurons.figures import figure2a
+    from wneurons.report.figures import figure2a
 
     figure2a(
         {m: pl.read_parquet(p) for m, p in zip(models, neuron_tables, strict=True)}, layer=layer, out_path=out_path
@@ -601,9 +601,9 @@ def figure2a_job(neuron_tables: list[str], models: list[str], out_path: str, lay
 # ---------------------------------------------------------------- training dynamics (Fig. 2b-d, 6b-d)
 def train_suite_job(wikitext_dir: str, out_dir: str, train: dict, revisions: list[str], max_tokens: int | None) -> dict:
     """Train the miniature GPT-NeoX suite on the tail of WikiText-2 test, saved at every configured revision."""
-    from wneurons.data import load_wikitext
-    from wneurons.train_suite import train_checkpoint_suite
-    from wneurons.training import step_of
+    from wneurons.lm.train_suite import train_checkpoint_suite
+    from wneurons.store.checkpoints import step_of
+    from wneurons.store.data import load_wikitext
 
     test_path = Path(wikitext_dir) / "wiki.test.raw"
     manifest = train_checkpoint_suite(
@@ -620,7 +620,7 @@ def train_suite_job(wikitext_dir: str, out_dir: str, train: dict, revisions: lis
 
 def _hub_weights(spec: dict, tensors: list[str]) -> tuple[Path, str, list[str]]:
     """A hub revision's weights without downloading all of them: the digest of every weight file from the hub's
-    LFS sha256 metadata (the digest :func:`wneurons.io.sha256_files` gives for the same files on disk), and a local
+    LFS sha256 metadata (the digest :func:`store.io.sha256_files` gives for the same files on disk), and a local
     directory holding only the file that stores one of ``tensors`` (found through the shard index when sharded)."""
     import json
 
@@ -650,23 +650,23 @@ def _hub_weights(spec: dict, tensors: list[str]) -> tuple[Path, str, list[str]]:
 def weight_rows_job(spec: dict, layer: int, rows_path: str, record_path: str) -> dict:
     """One layer's pre-nonlinearity weight rows (float32 [neurons, d_in], bias excluded) of one revision, no
     forward pass, and the revision's weight hashes (all weight files; these rows) for the integrity gate."""
-    from wneurons import training
-    from wneurons.registry import family_spec
+    from wneurons.lm.registry import family_spec
+    from wneurons.store import checkpoints
 
     family = family_spec(spec["family"])
-    candidates = [training.weight_tensor_name(path, family.projection, layer) for path in family.layers_paths]
+    candidates = [checkpoints.weight_tensor_name(path, family.projection, layer) for path in family.layers_paths]
     if "hub_id" in spec:
         directory, weights_sha256, names = _hub_weights(spec, candidates)
     else:
         directory = Path(spec["local_path"])
-        files = training.checkpoint_weight_files(directory)
+        files = checkpoints.checkpoint_weight_files(directory)
         weights_sha256, names = io.sha256_files(files), [f.name for f in files]
-    tensor, rows = training.read_weight_rows(directory, candidates, transpose=family.conv1d)
+    tensor, rows = checkpoints.read_weight_rows(directory, candidates, transpose=family.conv1d)
     record = {
         "revision": spec["revision"],
         "tensor": tensor,
         "shape": list(rows.shape),
-        "rows_sha256": training.rows_sha256(rows),
+        "rows_sha256": checkpoints.rows_sha256(rows),
         "weights_sha256": weights_sha256,
         "weight_files": names,
         "provenance": io.provenance(**_model_provenance(spec)),
@@ -682,7 +682,7 @@ def cohorts_job(
 ) -> dict:
     """The cohorts of one model, chosen at its final revision (WD from the neuron table; MD from the pair sample
     when given, else the table's test-split MD)."""
-    from wneurons.training import choose_cohorts
+    from wneurons.core.dynamics import choose_cohorts
 
     md_values = (
         pl.read_parquet(md_pairs_path).select("layer", "neuron", pl.col("md_pairs").alias("md"))
@@ -705,7 +705,7 @@ def cohorts_job(
 def integrity_job(record_paths: list[str], final_revision: str, out_path: str, mode: str) -> dict:
     """The checkpoint integrity gate: every revision's weight hash; identical checkpoints (or one equal to the
     final revision) raise, naming them (``mode="error"``), or are recorded as dropped (``mode="drop"``)."""
-    from wneurons.training import CheckpointIntegrityError, integrity_problems
+    from wneurons.core.dynamics import CheckpointIntegrityError, integrity_problems
 
     records = [io.read_json(p) for p in record_paths]
     hashes = {r["revision"]: r["weights_sha256"] for r in records}
@@ -727,7 +727,7 @@ def integrity_job(record_paths: list[str], final_revision: str, out_path: str, m
 
 
 def _step_key(revision: str) -> int:
-    from wneurons.training import step_of
+    from wneurons.store.checkpoints import step_of
 
     return step_of(revision)
 
@@ -748,7 +748,8 @@ def emergence_job(
 ) -> pl.DataFrame:
     """Fig. 2b/2d table: per revision (by step) the WD cohort's mean and SEM, the layer mean, clean TSE (micro
     and macro over subtasks) and BLiMP; summary: the emergence step and the WD-vs-TSE correlations."""
-    from wneurons import training
+    from wneurons.core import dynamics, uncertainty
+    from wneurons.store import checkpoints
 
     cohort = io.read_json(inputs["cohorts"])["cohorts"]["wd_layer"]
     kept = dict(_kept(revisions, list(range(len(revisions))), inputs["integrity"]))
@@ -756,12 +757,12 @@ def emergence_job(
     for i, revision in enumerate(revisions):
         if revision not in kept:
             continue
-        stats = training.cohort_statistic(
+        stats = dynamics.cohort_statistic(
             pl.read_parquet(inputs["neurons"][i], columns=["layer", "neuron", "wd"]), cohort
         )
         tse = io.read_json(inputs["tse"][i])["scores"]
         blimp = io.read_json(inputs["blimp"][i])["scores"]
-        step = training.step_of(revision)
+        step = checkpoints.step_of(revision)
         rows.append(
             {
                 "revision": revision,
@@ -777,9 +778,9 @@ def emergence_job(
             }
         )
     table = pl.DataFrame(rows, schema_overrides={"tokens": pl.Int64}).sort("step")
-    emergence = training.emergence_step(table["step"], table["cohort_wd_mean"], params["emergence_fraction"])
+    emergence = dynamics.emergence_step(table["step"], table["cohort_wd_mean"], params["emergence_fraction"])
     corr = {
-        target: training.correlation_with_ci(
+        target: uncertainty.correlation_with_ci(
             table["cohort_wd_mean"], table[target], n_boot=params["bootstrap"], seed=params["seed"]
         )
         for target in ("tse_overall", "tse_macro", "blimp_overall")
@@ -803,13 +804,13 @@ def emergence_job(
 
 def cosine_drift_job(spec: dict, revisions: list[str], inputs: dict, out_path: str) -> pl.DataFrame:
     """Fig. 2c table: the WD cohort's normalized cosine drift between successive weight-grid revisions."""
-    from wneurons import training
+    from wneurons.core import dynamics
 
     cohort = io.read_json(inputs["cohorts"])["cohorts"]["wd_layer"]
     ((layer, neurons),) = cohort["layers"].items()
     kept = _kept(revisions, list(inputs["rows"]), inputs["integrity"])
     rows = {r: np.load(p, mmap_mode="r") for r, p in kept}
-    table = training.cosine_drift(rows, np.asarray(neurons, dtype=np.int64))
+    table = dynamics.cosine_drift(rows, np.asarray(neurons, dtype=np.int64))
     io.write_parquet(
         out_path,
         table,
@@ -824,8 +825,9 @@ def ablation_vs_wd_job(
     """Fig. 6c-d table: at each revision with checkpoint ablations, the final revision's WD cohort (all layers)
     ablated, its random and matched controls; error increase (clean - ablated accuracy) on BLiMP and TSE vs the
     cohort's mean WD there. The ablations must have used the final revision's cohort (``cohort_source``)."""
-    from wneurons import training
-    from wneurons.grid import format_percent
+    from wneurons.core import dynamics, uncertainty
+    from wneurons.experiment.grid import format_percent
+    from wneurons.store import checkpoints
 
     cohort = io.read_json(inputs["cohorts"])["cohorts"]["wd_all_layers"]
     if cohort["percent"] != params["percent"]:
@@ -840,7 +842,7 @@ def ablation_vs_wd_job(
         if revision not in kept:
             continue
         table = pl.read_parquet(inputs["neurons"][i], columns=["layer", "neuron", "wd"])
-        wd = training.cohort_statistic(table, cohort)
+        wd = dynamics.cohort_statistic(table, cohort)
         for benchmark in ("blimp", "tse"):
             result = io.read_json(inputs[benchmark][i])
             for selector, key in key_of.items():
@@ -855,7 +857,7 @@ def ablation_vs_wd_job(
                 rows.append(
                     {
                         "revision": revision,
-                        "step": training.step_of(revision),
+                        "step": checkpoints.step_of(revision),
                         "benchmark": benchmark,
                         "selector": selector,
                         "cohort_wd_mean": wd["cohort_mean"],
@@ -868,7 +870,7 @@ def ablation_vs_wd_job(
     out = pl.DataFrame(rows, schema_overrides={"error_increase_sem": pl.Float64}).sort("benchmark", "selector", "step")
     corr = {}
     for (benchmark, selector), group in out.group_by(["benchmark", "selector"], maintain_order=True):
-        corr[f"{benchmark}/{selector}"] = training.correlation_with_ci(
+        corr[f"{benchmark}/{selector}"] = uncertainty.correlation_with_ci(
             group["cohort_wd_mean"], group["error_increase"], n_boot=params["bootstrap"], seed=params["seed"]
         )
     io.write_parquet(out_path, out, metadata={"model": spec["name"], "cohort": "wd_all_layers"})
@@ -886,7 +888,7 @@ def ablation_vs_wd_job(
 
 def figure2bd_job(tables: list[str], summaries: list[str], models: list[str], out_b: str, out_d: str) -> None:
     """Figures 2b and 2d from every model's emergence table and summary."""
-    from wneurons.figures import figure2b, figure2d
+    from wneurons.report.figures import figure2b, figure2d
 
     by_model = {m: pl.read_parquet(p) for m, p in zip(models, tables, strict=True)}
     summary = {m: io.read_json(p) for m, p in zip(models, summaries, strict=True)}
@@ -896,14 +898,14 @@ def figure2bd_job(tables: list[str], summaries: list[str], models: list[str], ou
 
 def figure2c_job(tables: list[str], models: list[str], out_path: str) -> None:
     """Figure 2c from every model's cosine-drift table."""
-    from wneurons.figures import figure2c
+    from wneurons.report.figures import figure2c
 
     figure2c({m: pl.read_parquet(p) for m, p in zip(models, tables, strict=True)}, out_path=out_path)
 
 
 def figure6cd_job(table: str, summary: str, model: str, out_path: str) -> None:
     """Figure 6c-d of one model from its ablation-vs-WD table."""
-    from wneurons.figures import figure6cd
+    from wneurons.report.figures import figure6cd
 
     figure6cd(pl.read_parquet(table), io.read_json(summary), model=model, out_path=out_path)
 
@@ -913,16 +915,17 @@ def pair_signs_over_training_job(
 ) -> pl.DataFrame:
     """Fig. 6b table: at every revision, the NN / PN / PP shares of the top-k pairs of the final revision's MD
     cohort (the same pair positions at every revision: one pair sample, seeded), mean and SEM across neurons."""
-    from wneurons import pairs, training
+    from wneurons.core import dynamics, pairs
+    from wneurons.store import checkpoints
 
     cohort = io.read_json(inputs["cohorts"])["cohorts"]["md_layer"]
-    selected = training.cohort_frame(cohort)
+    selected = dynamics.cohort_frame(cohort)
     kept = _kept(revisions, list(inputs["signs"]), inputs["integrity"])
     frames = []
     for revision, path in kept:
         signs = pl.read_parquet(path).with_columns(pl.col("layer").cast(pl.Int64), pl.col("neuron").cast(pl.Int64))
         comp = pairs.composition(signs, selected, params["top_k"], cohort["percent"])
-        frames.append(comp.with_columns(revision=pl.lit(revision), step=pl.lit(training.step_of(revision))))
+        frames.append(comp.with_columns(revision=pl.lit(revision), step=pl.lit(checkpoints.step_of(revision))))
     table = pl.concat(frames, how="diagonal_relaxed").sort("step")
     io.write_parquet(
         out_path, table, metadata=io.provenance(model=spec["name"], cohort="md_layer", top_k=params["top_k"])
@@ -932,6 +935,6 @@ def pair_signs_over_training_job(
 
 def figure6b_job(table: str, model: str, out_path: str) -> None:
     """Figure 6b of one model from its pair-sign table over training."""
-    from wneurons.figures import figure6b
+    from wneurons.report.figures import figure6b
 
     figure6b(pl.read_parquet(table), model=model, out_path=out_path)

@@ -1,14 +1,14 @@
 """Most-differentiated token pairs of each neuron and their sign composition (paper §5-7, Fig. 5, 6a, 7a).
 
 A *pair sample* is 2P token positions drawn once per model (the same for every layer and neuron); pair p is
-rows (2p, 2p+1), the convention of :func:`wneurons.stats.mapping_difficulty`, so a pair sample taken from the
+rows (2p, 2p+1), the convention of :func:`wneurons.core.stats.mapping_difficulty`, so a pair sample taken from the
 test shards' MD positions reproduces the neuron table's MD exactly. For a pair (i, j) of one neuron the *pair
 ratio* is ``r = (|y_i - y_j| / median_pairs |y-diff|) / (||x_i - x_j|| / max_pairs ||x-diff||)``; MD is the mean
 of r over the pairs, and the "most differentiated pairs" are those with the largest r.
 
 Each pair is labelled by the signs of its two raw pre-activations: NN (both < 0), PP (both >= 0; zero counts as
 positive, as the clamp leaves it alone) or PN (one of each). Everything here is a pure function of arrays and
-tables; the jobs in :mod:`wneurons.analysis_jobs` do the I/O.
+tables; the jobs in :mod:`wneurons.jobs.analyses` do the I/O.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def pair_ratios(d_x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The pair ratio r [P, K] (float64) of every pair and neuron from d_x [P] and raw outputs y [2P, K].
 
     Pairs with identical inputs (d_x = 0) have an undefined ratio and get NaN; they are also left out of the
-    median, as in :func:`wneurons.stats.mapping_difficulty`. A neuron whose median d_y is 0 gets NaN throughout.
+    median, as in :func:`wneurons.core.stats.mapping_difficulty`. A neuron whose median d_y is 0 gets NaN throughout.
     """
     ya = np.asarray(y, dtype=np.float64)
     if ya.shape[0] != 2 * d_x.shape[0]:

@@ -16,6 +16,8 @@ Pure functions over numpy arrays; resamples are drawn as multinomial counts over
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import numpy as np
@@ -190,3 +192,74 @@ def paired_perplexity_ratio(
         "ci_hi": hi,
         "delta_nll": float((cond.sum(axis=1).mean() - ref.sum(axis=1).mean()) / total),
     }
+
+
+# ---------------------------------------------------------------- one value's spread, and correlations
+def mean_and_sem(values: Iterable[float]) -> tuple[float, float]:
+    """Mean and standard error (ddof=1) of the finite values. The one definition of the project: with no finite
+    value both are NaN, and with a single value the SEM is NaN (one value says nothing about its spread)."""
+    v = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return math.nan, math.nan
+    sem = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    return float(v.mean()), sem
+
+
+def correlation_with_ci(x: Iterable[float], y: Iterable[float], *, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Pearson r and Spearman rho of paired values with percentile bootstrap 95% CIs (pairs resampled with
+    replacement, ``default_rng(seed)``; resamples with a constant side are skipped and counted).
+    Where a correlation is undefined (fewer than 3 finite pairs, or one side constant) every statistic is None
+    and ``undefined`` says why: results are JSON, which has no NaN."""
+    xa, ya = np.asarray(list(x), dtype=np.float64), np.asarray(list(y), dtype=np.float64)
+    keep = np.isfinite(xa) & np.isfinite(ya)
+    xa, ya = xa[keep], ya[keep]
+    n = xa.size
+    why = (
+        f"{n} finite pairs (needs 3)"
+        if n < 3
+        else "x is constant"
+        if np.ptp(xa) == 0
+        else "y is constant"
+        if np.ptp(ya) == 0
+        else None
+    )
+    if why is not None:
+        return {
+            "pearson_r": None,
+            "pearson_ci": [None, None],
+            "spearman_rho": None,
+            "spearman_ci": [None, None],
+            "n": int(n),
+            "n_boot": n_boot,
+            "n_boot_used": 0,
+            "seed": seed,
+            "undefined": why,
+        }
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    bx, by = xa[idx], ya[idx]
+    ok = (np.ptp(bx, axis=1) > 0) & (np.ptp(by, axis=1) > 0)
+    bx, by = bx[ok], by[ok]
+    pearson_boot = _rowwise_pearson(bx, by)
+    spearman_boot = _rowwise_pearson(_ranks(bx), _ranks(by))
+    return {
+        "pearson_r": float(stats.pearsonr(xa, ya).statistic),
+        "pearson_ci": np.percentile(pearson_boot, [2.5, 97.5]).tolist() if ok.any() else [None, None],
+        "spearman_rho": float(stats.spearmanr(xa, ya).statistic),
+        "spearman_ci": np.percentile(spearman_boot, [2.5, 97.5]).tolist() if ok.any() else [None, None],
+        "n": int(n),
+        "n_boot": n_boot,
+        "n_boot_used": int(ok.sum()),
+        "seed": seed,
+    }
+
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    return stats.rankdata(a, axis=1)
+
+
+def _rowwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a - a.mean(axis=1, keepdims=True)
+    b = b - b.mean(axis=1, keepdims=True)
+    return (a * b).sum(axis=1) / np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))

@@ -3,7 +3,7 @@
 Results must be identical in everything computed; only fields that describe the run itself (wall time, data
 source paths) may differ. Used by CI and the resume tests:
 
-    python -m wneurons.compare results-a results-b
+    python -m wneurons.report.compare results-a results-b
 """
 
 from __future__ import annotations

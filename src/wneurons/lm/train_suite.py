@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wneurons import io
+from wneurons.store import io
 
 log = logging.getLogger(__name__)
 

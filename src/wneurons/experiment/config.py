@@ -22,7 +22,7 @@ class ConfigError(ValueError):
 
 class ModelSource(NamedTuple):
     """Where a configured model comes from (the key its entry gives). ``converted``: the workflow converts it once
-    into ``resources/models/{name}`` (``wneurons.models.GGUF_CONVERTERS``) and every job loads that copy; else
+    into ``resources/models/{name}`` (``wneurons.lm.models.GGUF_CONVERTERS``) and every job loads that copy; else
     jobs load it where it is. ``path``: the value is a path that must exist (relative to the working directory)."""
 
     converted: bool
@@ -34,7 +34,7 @@ MODEL_SOURCES: dict[str, ModelSource] = {
     "local_path": ModelSource(converted=False, path=True),
     "gguf_wheel": ModelSource(converted=True, path=False),
     "gguf_file": ModelSource(converted=True, path=True),
-    # A directory of saved checkpoints, one per step (wneurons.training); read on disk or trained by the workflow.
+    # A directory of saved checkpoints, one per step (wneurons.core.dynamics); read on disk or trained by the workflow.
     "checkpoint_suite": ModelSource(converted=False, path=False),
 }
 
@@ -120,9 +120,9 @@ def validate_config(config: dict, schema_path: str | os.PathLike, workdir: str |
 
 
 def _pin_public_source(dspec: dict) -> None:
-    """``url: null`` means the pinned public source of the data set's checksum file (``wneurons.data.PUBLIC_SOURCES``,
+    """``url: null`` means the pinned public source of the data set's checksum file (``store.data.PUBLIC_SOURCES``,
     keyed by the checksum file's stem), the one place the commits and the archive checksum are spelled."""
-    from wneurons.data import PUBLIC_SOURCES
+    from wneurons.store.data import PUBLIC_SOURCES
 
     pinned = PUBLIC_SOURCES.get(Path(dspec["checksums"]).stem)
     if dspec.get("url") is None and pinned is not None:
@@ -144,7 +144,7 @@ def _check_semantics(config: dict, workdir: Path) -> None:
                 f"config: models.{name}.checkpoint_suite: give exactly one of path (a suite on disk) or train"
             )
         if suite and suite["train"] is None:
-            continue  # a suite on disk: its revisions are read (and checked) by wneurons.training
+            continue  # a suite on disk: its revisions are read (and checked) by wneurons.core.dynamics
         if spec["checkpoint_ablations"] and not spec["checkpoints"]:
             raise ConfigError(f"config: models.{name}.checkpoint_ablations: true but checkpoints is empty")
         listed = spec["checkpoint_ablations"]
@@ -195,7 +195,7 @@ def _check_semantics(config: dict, workdir: Path) -> None:
 def _check_layers(config: dict) -> None:
     """Layer lists (neurons.layers, single_layers) exist in their models, and every job that reads a neuron table
     finds the layers it needs there (an ablation over all layers needs every layer of its cohort's table)."""
-    from wneurons.grid import layer_setting
+    from wneurons.experiment.grid import layer_setting
 
     models, ablation = config["models"], config["ablation"]
     for name, spec in models.items():

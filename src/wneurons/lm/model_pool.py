@@ -1,4 +1,4 @@
-"""Loaded models kept between the jobs of one process (see :mod:`wneurons.inprocess`).
+"""Loaded models kept between the jobs of one process (see :mod:`wneurons.jobs.inprocess`).
 
 A job checks a model out for its whole run and gives it back; the next job of the same (source, revision, dtype,
 device) gets the same instance without loading it again. A checked-out instance belongs to one job: two jobs that

@@ -13,7 +13,7 @@ When z lies outside [Φ⁻¹(a), Φ⁻¹(b)] (c clipped, almost every interval) 
 m_i = N (G(b) - G(a)) the mean of N(0,1) over its i-th quantile bin; only the few intervals where the two
 quantile functions cross need Φ(z), and there G(c) = -φ(z). The bin boundaries are shared by all neurons with
 the same N and are computed once per call; the per-neuron work is done by the compiled kernels of
-:mod:`wneurons.wd_kernels` (float16 activation shards are counted, not sorted: O(N) per neuron).
+:mod:`wneurons.core.wd_kernels` (float16 activation shards are counted, not sorted: O(N) per neuron).
 
 All functions take a [N, K] array (tokens x neurons; torch tensor or numpy array, any float dtype) and compute
 in float64. Results are float64 torch tensors of length K, in units of the standardized pre-activation (WD) or
@@ -36,7 +36,7 @@ import polars as pl
 import torch
 from scipy import special
 
-from wneurons import wd_kernels
+from wneurons.core import wd_kernels
 
 log = logging.getLogger(__name__)
 
@@ -418,7 +418,7 @@ def neuron_statistics(
     and per-run arrays per thread, and the quantile grid (``6 * 8 * N`` bytes), independent of depth and width.
     """
     # Imported here: activations pulls in the model stack, and the pure functions above must not need it.
-    from wneurons.activations import ShardIndex
+    from wneurons.lm.activations import ShardIndex
 
     if wd_method not in WD_METHODS:
         raise ValueError(f"wd_method must be one of {WD_METHODS}, got {wd_method!r}")

@@ -17,7 +17,7 @@ With ``window_bos`` every window of ``window`` text tokens is fed after a BOS: t
 positions, the BOS position's outputs are not stored, so N and the layout are those of a run without it.
 
 Both .npy files have their header padded to 4096 bytes, so that the y data can be written and read with
-``O_DIRECT`` (:mod:`wneurons.shard_io`); ``numpy.load`` reads them as usual.
+``O_DIRECT`` (:mod:`wneurons.store.shard_io`); ``numpy.load`` reads them as usual.
 
 The directory appears only when complete: everything is written into a hidden temporary sibling that is
 renamed at the end, so a killed job leaves nothing that looks finished.
@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from wneurons import registry
-from wneurons.io import atomic_directory, provenance, read_json, write_json
-from wneurons.scoring import window_bos_token
-from wneurons.shard_io import (
+from wneurons.lm import registry
+from wneurons.lm.scoring import window_bos_token
+from wneurons.store.io import atomic_directory, provenance, read_json, write_json
+from wneurons.store.shard_io import (
     SHARD_IO_MODES,
     aligned,
     aligned_empty,
@@ -147,7 +147,7 @@ class ShardIndex:
         k = max(0, stop - start)
         path, row = self.path / _y_file(layer), window * blocks.dtype.itemsize
         # Shards written with O_DIRECT are not in the page cache: read them the same way, into aligned memory,
-        # which costs no CPU for the copy and leaves the page cache alone (see wneurons.shard_io).
+        # which costs no CPU for the copy and leaves the page cache alone (see wneurons.store.shard_io).
         fd = None
         if self.meta.get("io") == "direct" and aligned(blocks.offset, start * row, n_neurons * row, k * row):
             fd = open_direct(path, os.O_RDONLY)
@@ -286,7 +286,7 @@ class _ShardWriter:
         self.md_row = np.full(n_tokens, -1, dtype=np.int64)
         self.md_row[md_positions] = np.arange(len(md_positions))
         # Per layer and file (y, x): where the data start, and a write descriptor. The y files are written with
-        # O_DIRECT where possible (wneurons.shard_io); the MD inputs are a few scattered rows, through the cache.
+        # O_DIRECT where possible (wneurons.store.shard_io); the MD inputs are a few scattered rows, through the cache.
         self.direct, self.buffered_reason = _direct_io(
             directory, io, [k * window * self.np_dtype.itemsize for k, _ in self.shapes]
         )
@@ -439,12 +439,12 @@ def collect_activation_shards(
     (tail dropped), at most ``max_tokens`` tokens (whole windows), ``batch_size`` windows per forward pass.
     With ``window_bos`` each window is fed after the tokenizer's BOS, whose outputs are not stored (module
     docstring). ``record``: extra fields for ``index.json`` (e.g. the family and why ``window_bos`` was chosen).
-    ``modules`` defaults to :func:`wneurons.registry.preactivation_modules`; ``layers`` (0-based, None = all)
+    ``modules`` defaults to :func:`wneurons.lm.registry.preactivation_modules`; ``layers`` (0-based, None = all)
     restricts collection to those layers, and the forward pass stops after the last of them. Pre-activations are
     stored in ``dtype`` ("float16": overflow is an error; or "float32"); the inputs of ``md_tokens`` positions drawn
     with ``numpy.random.default_rng(seed).choice(N, md_tokens, replace=False)`` in float32. Progress (tokens/s, ETA)
     is logged at most every ``progress_every`` seconds. ``io`` ("auto", "direct", "buffered"): how the y shards
-    are written and later read, see :mod:`wneurons.shard_io`; "auto" uses O_DIRECT where the filesystem has it.
+    are written and later read, see :mod:`wneurons.store.shard_io`; "auto" uses O_DIRECT where the filesystem has it.
 
     Only the causal LM's trunk (``model.base_model``) is run: the LM head plays no part in the pre-activations.
     Peak memory: the model, the forward pass's own activations for one batch, and one layer's batch output
@@ -559,7 +559,7 @@ def collect_activation_shards(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Projection rows at chosen token positions (the pair sample of wneurons.pairs): inputs x and outputs y of every
+# Projection rows at chosen token positions (the pair sample of wneurons.core.pairs): inputs x and outputs y of every
 # layer at a few thousand positions, not the whole stream.
 # ---------------------------------------------------------------------------------------------------------------
 @contextlib.contextmanager

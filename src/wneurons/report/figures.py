@@ -17,8 +17,8 @@ import polars as pl
 import torch
 from matplotlib.figure import Figure
 
-from wneurons.activations import ShardIndex
-from wneurons.io import atomic_output
+from wneurons.lm.activations import ShardIndex
+from wneurons.store.io import atomic_output
 
 __all__ = ["figure1", "figure2a", "figure2b", "figure2c", "figure2d", "figure3", "figure4", "figure6b", "figure6cd"]
 
@@ -263,7 +263,7 @@ def figure3(ppl_path, blimp_path, tse_path, out_path) -> None:
     clean, wasserstein, random (mean +- SEM) and matched at the smallest fraction >= 1% (else the largest).
     A matched control that missed its perplexity tolerance (:func:`unmatched_controls`) is drawn in red with its
     gap, its bar hatched, and the title says so."""
-    from wneurons import io
+    from wneurons.store import io
 
     ppl, blimp, tse = (io.read_json(p) for p in (ppl_path, blimp_path, tse_path))
     fig = Figure(figsize=(15, 4.2), layout="constrained")
@@ -351,7 +351,7 @@ def _error_increase(result: dict, field: str, scopes: list[str]) -> tuple[list[s
 def figure4(blimp_path, tse_path, out_path) -> None:
     """Figure 4: error increase (clean - ablated accuracy) per BLiMP term and TSE family, for individual layer-group
     ablations (g1..gK) and cumulative ones (groups 1..k; c1 = g1)."""
-    from wneurons import io
+    from wneurons.store import io
 
     blimp, tse = io.read_json(blimp_path), io.read_json(tse_path)
     groups = sorted({k.split("/")[0] for k in blimp["conditions"] if k[0] == "g"}, key=lambda s: int(s[1:]))
@@ -388,7 +388,7 @@ def figure3d(table: pl.DataFrame, out_path: str | os.PathLike, *, min_tokens: in
     """Figure 3d: mean-shifted ΔNLL (W clamp - perplexity-matched control) per UPOS class with at least
     ``min_tokens`` tokens, sorted, SEM error bars; scaffolding classes coloured apart from content classes.
     SPACE, X and SPECIAL stay in the table only. Returns the rows drawn, in bar order."""
-    from wneurons.pos import CONTENT, NOT_PLOTTED, SCAFFOLDING
+    from wneurons.core.pos import CONTENT, NOT_PLOTTED, SCAFFOLDING
 
     rows = table.filter((pl.col("n") >= min_tokens) & ~pl.col("upos").is_in(list(NOT_PLOTTED)))
     rows = rows.sort("mean_shifted_dnll", descending=True)
@@ -497,7 +497,7 @@ def figure7(
     """Figure 7: (a) composition, log y; (b, c) single-layer ablation error (BLiMP, TSE) vs NN share with a
     least-squares line and Pearson r; (d) NN share and both errors min-max normalized over the ablated layers.
     Returns panel (d)'s normalized series (layer 0-based, share_nn, err_blimp, err_tse)."""
-    from wneurons.layerwise import normalize_minmax
+    from wneurons.core.layerwise import normalize_minmax
 
     fig = Figure(figsize=(14, 9), layout="constrained")
     (ax_a, ax_b), (ax_c, ax_d) = fig.subplots(2, 2)
@@ -609,7 +609,7 @@ def figure2d(tables: dict[str, pl.DataFrame], summaries: dict[str, dict], *, out
 
 
 def _correlation_label(c: dict) -> str:
-    """'r=0.83 [0.41, 0.97]' from training.correlation_with_ci, or why r is undefined."""
+    """'r=0.83 [0.41, 0.97]' from uncertainty.correlation_with_ci, or why r is undefined."""
     if c["pearson_r"] is None:
         return f"r undefined ({c['undefined']})"
     lo, hi = c["pearson_ci"]

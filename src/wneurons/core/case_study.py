@@ -1,7 +1,7 @@
 """The single-neuron case study (paper §5, Fig. 5): one neuron's most differentiated pairs, with their tokens,
 part-of-speech, raw pre-activations and sign class, and how robust the count of NN pairs is to the pairing.
 
-Pure functions of the pair sample's arrays and tables; :mod:`wneurons.analysis_jobs` does the I/O.
+Pure functions of the pair sample's arrays and tables; :mod:`wneurons.jobs.analyses` does the I/O.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from wneurons.pairs import SIGN_CLASSES, input_distances, pair_ratios, sign_classes, top_pairs
+from wneurons.core.pairs import SIGN_CLASSES, input_distances, pair_ratios, sign_classes, top_pairs
 
 # Closed-class UPOS counted as function words in the robustness summary (spec §C).
 FUNCTION_WORDS = ("DET", "ADP", "AUX", "PART", "PRON", "CCONJ", "SCONJ", "PUNCT")

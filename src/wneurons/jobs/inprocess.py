@@ -5,7 +5,7 @@ transformers modules a model needs ~7 s) and then loads its model again; in the 
 most jobs. The rules therefore call their scripts with ``run:`` and :func:`run_script`, and the workflow is run
 with ``--force-use-threads`` (``profiles/local``, ``make demo``; Snakemake itself adds it to every single job it
 submits to SLURM): each job runs in a thread of one long-lived process, imports are paid once, and models come from
-:mod:`wneurons.model_pool`. Without the flag Snakemake spawns one process per ``run:`` job and everything still works,
+:mod:`lm.model_pool`. Without the flag Snakemake spawns one process per ``run:`` job and everything still works,
 only slower.
 
 Two pieces of process-wide state need care when jobs share a process:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from wneurons import io
+from wneurons.store import io
 
 log = logging.getLogger(__name__)
 
@@ -421,9 +421,9 @@ def explorer_job(
     """
     import hashlib
 
-    from wneurons.activations import ShardIndex
-    from wneurons.data import load_wikitext
-    from wneurons.models import load_tokenizer
+    from wneurons.lm.activations import ShardIndex
+    from wneurons.lm.models import load_tokenizer
+    from wneurons.store.data import load_wikitext
 
     start = time.perf_counter()
     stats = pl.read_parquet(neurons_path)
@@ -437,7 +437,7 @@ def explorer_job(
     ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"][: shard.n_tokens], dtype=np.int64)
     tokens, pairs_note, sample_layers = None, "no pair sample of this model in the run (analyses pairs)", {}
     if sample_dir:
-        from wneurons.analysis_jobs import load_sample_layer, sample_tokens
+        from wneurons.jobs.analyses import load_sample_layer, sample_tokens
 
         tokens, meta = sample_tokens(sample_dir, tags_path)
         pairs_note = _pair_note(meta, tags_path)
@@ -468,7 +468,7 @@ def explorer_job(
             "checkpoints": _checkpoint_wd(others, layer, neuron),
         }
         if tokens is not None:
-            from wneurons.case_study import top_pair_table
+            from wneurons.core.case_study import top_pair_table
 
             if layer not in sample_layers:  # listed neurons come layer by layer: keep one layer's sample
                 sample_layers = {layer: load_sample_layer(sample_dir, layer)}

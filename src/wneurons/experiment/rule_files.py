@@ -2,7 +2,7 @@
 ``workflow/rules/*.smk`` themselves. The one place where perf/grid_jobs.py, the SLURM profile's tests and
 .ci/slurm/run-demo.sh learn which rules need a GPU and which run on the submitting host.
 
-    python -m wneurons.rule_files "gpu=1,"       # one rule name per line (run in the repository root)
+    python -m wneurons.experiment.rule_files "gpu=1,"       # one rule name per line (run in the repository root)
 """
 
 from __future__ import annotations

@@ -5,11 +5,11 @@ Two jobs:
 - :func:`paired_job` reads the per-item results (``{benchmark}.items.parquet``) of the clean model and every
   ablation condition of one checkpoint and writes ``paired/{benchmark}.parquet``: each comparison the paper makes
   (W vs clean, W vs random, W vs matched, and every control vs clean) per group (overall, BLiMP linguistics term
-  and paradigm, TSE family and task) with the paired statistics of :mod:`wneurons.paired`; random controls pooled
+  and paradigm, TSE family and task) with the paired statistics of :mod:`core.uncertainty`; random controls pooled
   over trials (as the paper's mean) and per trial.
 - :func:`replication_table_job` fills the claims table of ``shared/spec/analyses.md`` section F from the result
   files a run has: one row per claim and model; a claim whose files are absent says "not run" and stays in the
-  table. The checks themselves live in :mod:`wneurons.claims`.
+  table. The checks themselves live in :mod:`wneurons.report.claims`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from wneurons import io
-from wneurons.paired import paired_accuracy_difference, paired_perplexity_ratio, window_nll_sums
+from wneurons.core.uncertainty import paired_accuracy_difference, paired_perplexity_ratio, window_nll_sums
+from wneurons.store import io
 
 log = logging.getLogger(__name__)
 
@@ -266,9 +266,9 @@ def run_provenance(run_spec: dict) -> dict:
 
 
 def replication_table_job(run_spec: dict, out_md: str, out_json: str, out_html: str | None = None) -> list[dict]:
-    """Fill the claims table from the result files named in ``run_spec`` (see :class:`wneurons.claims.Run`) and
+    """Fill the claims table from the result files named in ``run_spec`` (see :class:`wneurons.report.claims.Run`) and
     write it as Markdown, JSON (rows + provenance) and, with ``out_html``, a self-contained HTML page."""
-    from wneurons.claims import Run, claim_rows
+    from wneurons.report.claims import Run, claim_rows
 
     start = time.perf_counter()
     run = Run(models=run_spec["models"], config=run_spec["config"], data=run_spec["data"])
