@@ -19,6 +19,8 @@ UNTAGGED = "X"  # a token that no spaCy token overlaps or contains
 SCAFFOLDING = ("DET", "PUNCT", "AUX", "PART", "ADP", "CCONJ", "SCONJ", "PRON")
 CONTENT = ("NOUN", "VERB", "ADJ", "ADV", "PROPN")
 NOT_PLOTTED = ("SPACE", UNTAGGED, SPECIAL)
+# The closed-class UPOS counted as function words (spec §C robustness summary, claims C17): the one definition.
+FUNCTION_WORDS = ("DET", "ADP", "AUX", "PART", "PRON", "CCONJ", "SCONJ", "PUNCT")
 
 
 def covering_slices(frame: pl.DataFrame) -> pl.DataFrame:

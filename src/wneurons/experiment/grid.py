@@ -23,9 +23,29 @@ class Condition(NamedTuple):
     trial: int
 
 
-def format_percent(percent: float) -> str:
-    """Percent as written in paths and wildcards: 0.5 -> "0.5", 1.0 -> "1"."""
-    return f"{percent:g}"
+def format_percent(percent: float | str) -> str:
+    """Percent as written in paths, wildcards and condition keys: 0.5 -> "0.5", 1.0 -> "1". The only formatter."""
+    return f"{float(percent):g}"
+
+
+def condition_key(scope: str, selector: str, percent: float | str) -> str:
+    """``{scope}/{selector}/p{percent}``: a condition in the aggregate JSONs (random trials pooled). The only place
+    the key is built; :func:`parse_condition_key` is the only place it is read."""
+    return f"{scope}/{selector}/p{format_percent(percent)}"
+
+
+class ConditionKey(NamedTuple):
+    scope: str
+    selector: str
+    percent: str  # formatted as in paths
+
+
+def parse_condition_key(key: str) -> ConditionKey:
+    """The parts of a :func:`condition_key`; anything else is a ValueError naming it."""
+    parts = key.split("/")
+    if len(parts) != 3 or not parts[2].startswith("p"):
+        raise ValueError(f"condition key {key!r} is not {{scope}}/{{selector}}/p{{percent}}")
+    return ConditionKey(parts[0], parts[1], parts[2][1:])
 
 
 def layer_groups(num_layers: int, size: int | list[int]) -> list[list[int]]:

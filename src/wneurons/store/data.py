@@ -100,6 +100,9 @@ TSE_SCHEMA = {
 _BLIMP_KEYS = ("UID", "linguistics_term", "field", "sentence_good", "sentence_bad")
 
 SOURCE_FILE = "SOURCE.json"
+# The two WikiText-2 splits the project reads: statistics and pair samples over test, perplexity over validation.
+WIKITEXT_TEST = "wiki.test.raw"
+WIKITEXT_VALID = "wiki.valid.raw"
 DOWNLOAD_TIMEOUT_S = 60
 _CHUNK = 1 << 20
 _CHECKSUM_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
@@ -434,6 +437,14 @@ def load_wikitext(path: str | os.PathLike) -> str:
     with open(path, encoding="utf-8") as fh:
         rows = [line if line.strip() else "" for line in fh]
     return "\n\n".join(rows)
+
+
+def wikitext_split(data_dir: str | os.PathLike, split: str) -> str:
+    """The text of one split (``"test"`` or ``"valid"``) of a verified WikiText-2 directory."""
+    names = {"test": WIKITEXT_TEST, "valid": WIKITEXT_VALID}
+    if split not in names:
+        raise ValueError(f"WikiText-2 split {split!r}: expected one of {sorted(names)}")
+    return load_wikitext(Path(data_dir) / names[split])
 
 
 def subsample_per_group(frame: pl.DataFrame, by: str, n: int | None, seed: int) -> pl.DataFrame:
