@@ -7,8 +7,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from wneurons.jobs.report import replication_table_job
 from wneurons.report.claims import CLAIMS, FAILS, HOLDS, NO_DATA, NOT_RUN, Run, claim_rows
-from wneurons.report.replication import claims_markdown, replication_table_job
+from wneurons.report.replication import claims_markdown
 
 K = 300  # neurons per layer: 1% = 3 neurons
 
