@@ -223,6 +223,24 @@ def test_training_claims_read_emergence_files(tmp_path):
     assert rows_for(rows, "C4")[0]["verdict"] == NOT_RUN
 
 
+def test_emergence_claim_uses_the_fraction_the_run_recorded(tmp_path):
+    from wneurons.store import io
+
+    steps = np.array([0, 1000, 4000, 16000, 32000, 64000, 143000])
+    wd = np.array([0.1, 0.2, 0.5, 0.95, 1.0, 1.0, 1.0])
+    models = {}
+    for m in ["pythia-70m", "pythia-160m", "pythia-410m"]:
+        path = tmp_path / "results" / m / "emergence.parquet"
+        path.parent.mkdir(parents=True)
+        table = pl.DataFrame({"step": steps, "cohort_wd_mean": wd, "tse_overall": wd})
+        io.write_parquet(path, table, {"emergence_fraction": 0.5})
+        models[m] = {"family": "gpt_neox", "files": {"emergence": str(path.relative_to(tmp_path))}}
+    config = {"random_trials": 10, "percents": [1.0], "resamples": 500, "seed": 0}
+    run = Run(models=models, config=config, data={}, root=tmp_path)
+    c3 = rows_for(claim_rows(run), "C3")[0]
+    assert "(50% of final)" in c3["ours"] and "pythia-70m: 4000" in c3["ours"]
+
+
 def test_training_claims_read_i12_tables(tmp_path):
     # The columns of issue 12's cosine_drift.parquet, pair_signs.parquet and ablation_vs_wd.parquet.
     drift = pl.DataFrame({"end_step": [10000, 20000, 30000], "cohort_ncd_mean": [1.8, 0.7, 0.6]})
