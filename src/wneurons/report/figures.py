@@ -246,7 +246,8 @@ def _value(scores: dict, field: str) -> float:
 
 
 def _sem(condition: dict | None, field: str) -> float:
-    """A condition's SEM of ``field`` for an error bar; none where it has none (one scored trial: SEM null)."""
+    """A condition's SEM of ``field`` as an error bar: 0 (no bar) where it has none or it is undefined (null: one
+    scored trial)."""
     sem = (condition or {}).get("sem", {}).get(field)
     return 0.0 if sem is None else float(sem)
 
