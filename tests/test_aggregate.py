@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from wneurons.jobs import aggregate_job, mean_and_sem
+from wneurons.jobs.ablate import aggregate_job, mean_and_sem_by_field
 from wneurons.store import io
 
 
@@ -18,11 +18,24 @@ def result(selector, overall, *, trial=0, seed=0, scope="all", percent=1.0, term
 
 def test_mean_and_sem_match_the_formula():
     trials = [{"a": 1.0, "b": {"c": 2.0}}, {"a": 3.0, "b": {"c": 2.0}}, {"a": 8.0, "b": {"c": 5.0}}]
-    mean, sem = mean_and_sem(trials)
+    mean, sem = mean_and_sem_by_field(trials)
     assert mean["a"] == pytest.approx(4.0)
     sd = math.sqrt(((1 - 4) ** 2 + (3 - 4) ** 2 + (8 - 4) ** 2) / 2)
     assert sem["a"] == pytest.approx(sd / math.sqrt(3))
     assert mean["b"]["c"] == pytest.approx(3.0)
+
+
+def test_sem_of_a_single_trial_is_undefined_and_written_as_null(tmp_path):
+    mean, sem = mean_and_sem_by_field([{"a": 1.0, "b": {"c": 2}}])
+    assert mean == {"a": 1.0, "b": {"c": 2.0}} and sem == {"a": None, "b": {"c": None}}
+    paths = []
+    for i, r in enumerate([result("clean", 0.8), result("random", 0.78)]):
+        paths.append(str(tmp_path / f"r{i}.json"))
+        io.write_json(paths[-1], r)
+    out = aggregate_job(paths, str(tmp_path / "blimp.json"), "m", "main", "blimp")
+    rnd = io.read_json(tmp_path / "blimp.json")["conditions"]["all/random/p1"]
+    assert rnd["n_trials"] == 1 and rnd["sem"] == {"overall": None, "by_term": {"binding": None}}
+    assert out["conditions"]["all/random/p1"]["scores"]["overall"] == 0.78
 
 
 def test_aggregate_groups_conditions_and_keeps_trials(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from wneurons.jobs.analyses import figure3d_job, figure5_job, figure6a_job, figure7_job
+from wneurons.jobs.figures import figure3d_job, figure5_job, figure6a_job, figure7_job
 from wneurons.store import io
 
 

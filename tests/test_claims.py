@@ -7,8 +7,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from wneurons.jobs.report import replication_table_job
 from wneurons.report.claims import CLAIMS, FAILS, HOLDS, NO_DATA, NOT_RUN, Run, claim_rows
-from wneurons.report.replication import claims_markdown, replication_table_job
+from wneurons.report.replication import claims_markdown
 
 K = 300  # neurons per layer: 1% = 3 neurons
 
@@ -220,6 +221,24 @@ def test_training_claims_read_emergence_files(tmp_path):
     assert c3["verdict"] == HOLDS and "16000" in c3["ours"]
     assert rows_for(rows, "C5")[0]["verdict"] == HOLDS
     assert rows_for(rows, "C4")[0]["verdict"] == NOT_RUN
+
+
+def test_emergence_claim_uses_the_fraction_the_run_recorded(tmp_path):
+    from wneurons.store import io
+
+    steps = np.array([0, 1000, 4000, 16000, 32000, 64000, 143000])
+    wd = np.array([0.1, 0.2, 0.5, 0.95, 1.0, 1.0, 1.0])
+    models = {}
+    for m in ["pythia-70m", "pythia-160m", "pythia-410m"]:
+        path = tmp_path / "results" / m / "emergence.parquet"
+        path.parent.mkdir(parents=True)
+        table = pl.DataFrame({"step": steps, "cohort_wd_mean": wd, "tse_overall": wd})
+        io.write_parquet(path, table, {"emergence_fraction": 0.5})
+        models[m] = {"family": "gpt_neox", "files": {"emergence": str(path.relative_to(tmp_path))}}
+    config = {"random_trials": 10, "percents": [1.0], "resamples": 500, "seed": 0}
+    run = Run(models=models, config=config, data={}, root=tmp_path)
+    c3 = rows_for(claim_rows(run), "C3")[0]
+    assert "(50% of final)" in c3["ours"] and "pythia-70m: 4000" in c3["ours"]
 
 
 def test_training_claims_read_i12_tables(tmp_path):

@@ -109,6 +109,6 @@ def test_shard_bytes_is_layers_times_width_times_tokens(config):
 
 
 def test_every_benchmark_of_the_grid_has_a_scorer():
-    from wneurons.jobs import BENCHMARKS as SCORED
+    from wneurons.lm.benchmarks import BENCHMARKS as SCORED
 
     assert set(SCORED) == set(BENCHMARKS)

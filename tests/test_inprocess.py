@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-from wneurons.jobs import inprocess, logged_to
+from wneurons.jobs import inprocess
+from wneurons.jobs.base import logged_to
 from wneurons.lm.ablation import clamp_negative_preactivations
 from wneurons.lm.model_pool import ModelPool, leftover_hooks
 

@@ -247,7 +247,7 @@ def test_tokenizer_adds_bos_tells_what_the_tokenizer_does_by_default():
 
 
 def test_configured_family_must_match_the_loaded_model(saved_tiny):
-    from wneurons.jobs import load_configured_model
+    from wneurons.jobs.base import load_configured_model
 
     path, _ = saved_tiny
     spec = {"name": "tiny", "local_path": str(path), "num_layers": 3, "revision": "main"}

@@ -5,7 +5,7 @@ import polars as pl
 import pytest
 
 from wneurons.core.uncertainty import mcnemar_exact, paired_perplexity_ratio, window_nll_sums
-from wneurons.report.replication import paired_job
+from wneurons.jobs.report import paired_job
 
 N = 120
 TERMS = np.array(["binding", "ellipsis", "island_effects"])[np.arange(N) % 3]

@@ -190,7 +190,7 @@ def test_local_suite_and_hub_revisions_enumerate_the_same_jobs(tmp_path):
 
 
 def test_integrity_gate_on_saved_checkpoints_names_the_identical_pair(tmp_path, tiny_model):
-    from wneurons import jobs
+    from wneurons.jobs import training
 
     records = []
     for revision, seed in (("step0", 0), ("step10", 1), ("step20", 1), ("step30", 2)):
@@ -198,19 +198,19 @@ def test_integrity_gate_on_saved_checkpoints_names_the_identical_pair(tmp_path, 
         tiny_model("gpt_neox", seed=seed).save_pretrained(directory, safe_serialization=True)
         spec = {"name": "tiny", "family": "gpt_neox", "revision": revision, "local_path": str(directory)}
         record = tmp_path / f"{revision}.json"
-        jobs.weight_rows_job(spec, 1, str(tmp_path / f"{revision}.npy"), str(record))
+        training.weight_rows_job(spec, 1, str(tmp_path / f"{revision}.npy"), str(record))
         records.append(str(record))
     rows0 = np.load(tmp_path / "step0.npy")
     assert rows0.shape == (96, 32)  # conftest's tiny model: 96 neurons of d_in 32
     with pytest.raises(dynamics.CheckpointIntegrityError, match="step10, step20 have identical weights"):
-        jobs.integrity_job(records, "step30", str(tmp_path / "integrity.json"), mode="error")
+        training.integrity_job(records, "step30", str(tmp_path / "integrity.json"), mode="error")
     assert not (tmp_path / "integrity.json").exists()
-    kept = jobs.integrity_job(records, "step30", str(tmp_path / "integrity.json"), mode="drop")
+    kept = training.integrity_job(records, "step30", str(tmp_path / "integrity.json"), mode="drop")
     assert kept["dropped"] == ["step20"]
 
 
 def test_emergence_follows_the_final_cohort_through_checkpoints(tmp_path):
-    from wneurons import jobs
+    from wneurons.jobs import training
     from wneurons.store import io
 
     k, revisions = 300, ["step0", "step100", "step1000"]
@@ -237,7 +237,7 @@ def test_emergence_follows_the_final_cohort_through_checkpoints(tmp_path):
     io.write_json(tmp_path / "integrity.json", {"dropped": []})
     inputs |= {"cohorts": str(tmp_path / "cohorts.json"), "integrity": str(tmp_path / "integrity.json")}
     params = {"emergence_fraction": 0.9, "bootstrap": 200, "seed": 0}
-    table = jobs.emergence_job(
+    table = training.emergence_job(
         {"name": "tiny"}, revisions, inputs, str(tmp_path / "e.parquet"), str(tmp_path / "e.json"), params, 512
     )
     np.testing.assert_allclose(table["cohort_wd_mean"].to_numpy(), [0.1, 0.95, 1.0])

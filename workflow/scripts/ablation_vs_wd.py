@@ -1,4 +1,5 @@
-from wneurons.jobs import ablation_vs_wd_job, logged_to
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.training import ablation_vs_wd_job
 
 with logged_to(snakemake.log[0]):
     ablation_vs_wd_job(

@@ -1,4 +1,5 @@
-from wneurons.jobs import aggregate_job, logged_to
+from wneurons.jobs.ablate import aggregate_job
+from wneurons.jobs.base import logged_to
 
 with logged_to(snakemake.log[0]):
     aggregate_job(

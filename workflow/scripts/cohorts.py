@@ -1,4 +1,5 @@
-from wneurons.jobs import cohorts_job, logged_to
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.training import cohorts_job
 
 with logged_to(snakemake.log[0]):
     cohorts_job(

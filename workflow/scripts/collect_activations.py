@@ -1,4 +1,5 @@
-from wneurons.jobs import collect_activations_job, logged_to
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.neurons import collect_activations_job
 
 with logged_to(snakemake.log[0], snakemake.threads):
     collect_activations_job(

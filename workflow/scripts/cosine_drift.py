@@ -1,4 +1,5 @@
-from wneurons.jobs import cosine_drift_job, logged_to
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.training import cosine_drift_job
 
 with logged_to(snakemake.log[0]):
     cosine_drift_job(

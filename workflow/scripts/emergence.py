@@ -1,4 +1,5 @@
-from wneurons.jobs import emergence_job, logged_to
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.training import emergence_job
 
 with logged_to(snakemake.log[0]):
     emergence_job(

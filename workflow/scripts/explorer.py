@@ -1,5 +1,5 @@
-from wneurons.jobs import logged_to
-from wneurons.report.explorer import explorer_job
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.report import explorer_job
 
 with logged_to(snakemake.log[0]):
     explorer_job(

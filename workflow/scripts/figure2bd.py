@@ -1,4 +1,5 @@
-from wneurons.jobs import figure2bd_job, logged_to
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.figures import figure2bd_job
 
 with logged_to(snakemake.log[0]):
     figure2bd_job(

@@ -1,5 +1,5 @@
-from wneurons.jobs import logged_to
-from wneurons.report.figures import figure4
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.figures import figure4_job
 
 with logged_to(snakemake.log[0]):
-    figure4(snakemake.input.blimp, snakemake.input.tse, snakemake.output[0])
+    figure4_job(snakemake.input.blimp, snakemake.input.tse, snakemake.output[0])

@@ -1,4 +1,5 @@
-from wneurons.jobs import logged_to, matched_search_job
+from wneurons.jobs.ablate import matched_search_job
+from wneurons.jobs.base import logged_to
 
 with logged_to(snakemake.log[0], snakemake.threads):
     matched_search_job(

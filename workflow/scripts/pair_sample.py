@@ -1,5 +1,5 @@
-from wneurons.jobs import logged_to
 from wneurons.jobs.analyses import pair_sample_job
+from wneurons.jobs.base import logged_to
 
 with logged_to(snakemake.log[0], snakemake.threads):
     pair_sample_job(

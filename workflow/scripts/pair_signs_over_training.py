@@ -1,4 +1,5 @@
-from wneurons.jobs import logged_to, pair_signs_over_training_job
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.training import pair_signs_over_training_job
 
 with logged_to(snakemake.log[0]):
     pair_signs_over_training_job(

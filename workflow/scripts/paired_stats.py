@@ -1,5 +1,5 @@
-from wneurons.jobs import logged_to
-from wneurons.report.replication import paired_job
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.report import paired_job
 
 with logged_to(snakemake.log[0]):
     paired_job(

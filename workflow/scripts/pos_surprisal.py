@@ -1,5 +1,5 @@
-from wneurons.jobs import logged_to
 from wneurons.jobs.analyses import pos_surprisal_job
+from wneurons.jobs.base import logged_to
 
 with logged_to(snakemake.log[0], snakemake.threads):
     pos_surprisal_job(

@@ -1,4 +1,5 @@
-from wneurons.jobs import logged_to, score_job
+from wneurons.jobs.ablate import score_job
+from wneurons.jobs.base import logged_to
 
 condition = getattr(snakemake.params, "condition", None) or {"selector": "clean"}
 with logged_to(snakemake.log[0], snakemake.threads):

@@ -1,4 +1,5 @@
-from wneurons.jobs import logged_to, train_suite_job
+from wneurons.jobs.base import logged_to
+from wneurons.jobs.training import train_suite_job
 
 suite = snakemake.params.suite
 with logged_to(snakemake.log[0]):

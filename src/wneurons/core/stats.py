@@ -293,6 +293,14 @@ def sign_split(
     return tuple(torch.from_numpy(v) for v in (stats.wd_negative, stats.wd_positive, stats.frac_negative))
 
 
+def negative_per_token_ratio(wd_negative, wd_positive, frac_negative) -> np.ndarray:
+    """The sign split per token: (WD− / f−) / (WD+ / (1 − f−)) of each neuron (:func:`sign_split`'s outputs), float64;
+    NaN where one side has no tokens (f− is 0 or 1). Above 1: the negative side carries more WD per token."""
+    neg, pos, f = (np.asarray(v, dtype=np.float64) for v in (wd_negative, wd_positive, frac_negative))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((f > 0) & (f < 1), (neg / f) / (pos / (1 - f)), np.nan)
+
+
 @dataclass(frozen=True)
 class Moments:
     """Per-neuron moments of the raw pre-activation, float64 tensors [K]."""

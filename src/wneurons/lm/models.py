@@ -14,7 +14,9 @@ key of each GGUF model source to its converter (the table of sources is ``wneuro
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from typing import Any
 import torch
 
 from wneurons.lm.registry import UnsupportedFamilyError, family_spec
+from wneurons.store.data import SOURCE_FILE
 from wneurons.store.io import atomic_directory, provenance, sha256_file, write_json
 
 __all__ = [
@@ -32,6 +35,7 @@ __all__ = [
     "convert_gguf_file",
     "convert_gguf_source",
     "convert_gguf_wheel",
+    "hub_weights",
     "load_model",
     "tokenizer_adds_bos",
 ]
@@ -181,7 +185,7 @@ def _convert(path: Path, out_dir: Path, source: dict[str, Any]) -> dict[str, Any
     with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        write_json(tmp / "SOURCE.json", record)
+        write_json(tmp / SOURCE_FILE, record)
         saved = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
         if not torch.equal(_sample_logits(saved, tokenizer), _sample_logits(model, tokenizer)):
             raise RuntimeError(f"{path}: the saved copy's logits differ from the GGUF model's")
@@ -223,3 +227,30 @@ def convert_gguf_source(source: str, value: Any, out_dir: str | os.PathLike) -> 
     if source not in GGUF_CONVERTERS:
         raise ValueError(f"model source {source!r} is not a GGUF source; GGUF sources: {', '.join(GGUF_CONVERTERS)}")
     return GGUF_CONVERTERS[source](value, out_dir)
+
+
+def hub_weights(hub_id: str, revision: str, tensors: list[str]) -> tuple[Path, str, list[str]]:
+    """A hub revision's weights without downloading all of them: ``(directory, digest, names)``, the digest of
+    every weight file from the hub's LFS sha256 metadata (the digest :func:`store.io.sha256_files` gives for the
+    same files on disk), their names, and a local directory holding only the file that stores one of ``tensors``
+    (found through the shard index when sharded)."""
+    from huggingface_hub import HfApi, hf_hub_download
+
+    siblings = {f.rfilename: f for f in HfApi().model_info(hub_id, revision=revision, files_metadata=True).siblings}
+    weights = sorted(n for n in siblings if n.endswith(".safetensors")) or sorted(
+        n for n in siblings if n.startswith("pytorch_model") and n.endswith(".bin")
+    )
+    if not weights:
+        raise FileNotFoundError(f"{hub_id}@{revision}: no *.safetensors or pytorch_model*.bin weight files")
+    digest = hashlib.sha256()
+    for name in weights:  # io.sha256_files' recipe: by name, the name then the file's hex sha256
+        digest.update(name.encode())
+        digest.update(siblings[name].lfs.sha256.encode())
+    suffix = ".safetensors" if weights[0].endswith(".safetensors") else ".bin"
+    index = f"{weights[0].split('-0')[0].removesuffix(suffix)}{suffix}.index.json"
+    wanted = weights[0]
+    if index in siblings:
+        weight_map = json.loads(Path(hf_hub_download(hub_id, index, revision=revision)).read_text())["weight_map"]
+        wanted = next((weight_map[t] for t in tensors if t in weight_map), wanted)
+    path = Path(hf_hub_download(hub_id, wanted, revision=revision))
+    return path.parent, digest.hexdigest(), weights

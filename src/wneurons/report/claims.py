@@ -22,7 +22,9 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
+from wneurons.core.pos import FUNCTION_WORDS
 from wneurons.core.uncertainty import bootstrap_mean, percentile_ci, sign_test
+from wneurons.experiment.grid import condition_key, format_percent, parse_condition_key
 
 HOLDS, FAILS, NO_DATA, NOT_RUN = "holds", "does not hold", "not enough data", "not run"
 VERDICTS = (HOLDS, FAILS, NO_DATA, NOT_RUN)
@@ -32,7 +34,6 @@ PYTHIA = ("pythia-70m", "pythia-160m", "pythia-410m", "pythia-1b", "pythia-1.4b"
 LMS = ("llama-3.1-8b", "mistral-7b-v0.3", "qwen3-8b-base")
 SCAFFOLDING_POS = ("DET", "PUNCT", "AUX", "PART")
 CONTENT_POS = ("NOUN", "VERB", "ADJ", "ADV")
-FUNCTION_POS = ("DET", "ADP", "AUX", "PART", "PRON", "CCONJ", "SCONJ", "PUNCT")
 ALPHA = 0.01  # C11's threshold; other tests use 0.05 where the spec says so
 MIN_LAYERS = 8  # layerwise claims (C24, C25): fewer single-layer ablations cannot place a peak or a correlation
 
@@ -86,6 +87,12 @@ class Run:
             raise ValueError(f"{path}: lacks column(s) {', '.join(missing)}")
         return frame, self.rel(path)
 
+    def metadata(self, model: str, key: str) -> dict:
+        """The provenance in the footer of the parquet file ``key`` of ``model`` (empty if none)."""
+        from wneurons.store.io import read_parquet_metadata
+
+        return read_parquet_metadata(self.path(model, key))
+
     def rel(self, path: Path) -> str:
         try:
             return str(Path(path).relative_to(self.root))
@@ -138,10 +145,6 @@ def _paired_row(frame: pl.DataFrame, reference: str, condition: str, trial: str 
     return f.row(0, named=True)
 
 
-def _percent_key(p: float) -> str:
-    return f"{p:g}"
-
-
 def _top_layer1(run: Run, model: str, percent: float = 1.0, layer: int = 1) -> tuple[pl.DataFrame, str]:
     """The top ``percent``% WD neurons of ``layer`` by the authors' rule (core.selection.top_percent_indices)."""
     from wneurons.core.selection import top_percent_indices
@@ -155,14 +158,13 @@ def _top_layer1(run: Run, model: str, percent: float = 1.0, layer: int = 1) -> t
 def c1_negative_region(run: Run, model: str) -> Outcome:
     """Per-token normalised sign split of the top-1% WD neurons of layer index 1 (not the plain negative share:
     wd_negative grows with the fraction of negative tokens, so each side is divided by its share of tokens)."""
+    from wneurons.core.stats import negative_per_token_ratio
     from wneurons.lm.registry import family_spec
 
     top, src = _top_layer1(run, model)
     f = top["frac_negative"].to_numpy()
-    keep = (f > 0) & (f < 1)
-    neg = top["wd_negative"].to_numpy()[keep] / f[keep]
-    pos = top["wd_positive"].to_numpy()[keep] / (1 - f[keep])
-    log_ratio = np.log(neg / pos)
+    ratio = negative_per_token_ratio(top["wd_negative"].to_numpy(), top["wd_positive"].to_numpy(), f)
+    log_ratio = np.log(ratio[(f > 0) & (f < 1)])
     if log_ratio.size < 3:
         return Outcome(f"{log_ratio.size} usable neurons", NO_DATA, sources=[src])
     relu = family_spec(run.spec(model)["family"]).nonlinearity == "relu"
@@ -202,13 +204,14 @@ def c2_size_max_wd(run: Run) -> Outcome:
 
 
 def _per_pythia(run: Run, key: str, columns: tuple[str, ...], fn: Callable, by: str = "step") -> tuple[list, list]:
+    """``[(model, fn(frame sorted by ``by``, model))]`` over the Pythia models whose file ``key`` exists."""
     results, sources = [], []
     for m in PYTHIA:
         try:
             frame, src = run.parquet(m, key, columns)
         except NotRun:
             continue
-        results.append((m, fn(frame.sort(by))))
+        results.append((m, fn(frame.sort(by), m)))
         sources.append(src)
     if not results:
         raise NotRun(f"no results/<pythia>/training/{key}.parquet")
@@ -216,10 +219,17 @@ def _per_pythia(run: Run, key: str, columns: tuple[str, ...], fn: Callable, by: 
 
 
 def c3_emergence(run: Run) -> Outcome:
-    def emergence(f: pl.DataFrame) -> int | None:
-        wd = f["cohort_wd_mean"].to_numpy()
-        reached = np.flatnonzero(wd >= 0.9 * wd[-1])
-        return int(f["step"][int(reached[0])]) if reached.size else None
+    """The emergence step as the run's emergence job defines it (core.dynamics.emergence_step), at the
+    ``training.emergence_fraction`` recorded in each table's footer (the function's default where none is)."""
+    from wneurons.core.dynamics import emergence_step
+
+    fractions = set()
+
+    def emergence(f: pl.DataFrame, model: str) -> int | None:
+        fraction = run.metadata(model, "emergence").get("emergence_fraction")
+        fractions.add(fraction)
+        given = {} if fraction is None else {"fraction": fraction}
+        return emergence_step(f["step"], f["cohort_wd_mean"], **given)
 
     results, sources = _per_pythia(run, "emergence", ("step", "cohort_wd_mean"), emergence)
     early = sum(1 for _, s in results if s is not None and s <= 25_000)
@@ -228,11 +238,16 @@ def c3_emergence(run: Run) -> Outcome:
     if len(results) < 3:
         return Outcome(f"emergence step: {ours}", NO_DATA, test="needs >= 3 sizes", sources=sources)
     verdict = HOLDS if early >= need else FAILS
-    return Outcome(f"emergence step (90% of final): {ours}", verdict, "", f"{early}/{len(results)} ≤ 25K", sources)
+    reached = "/".join(
+        sorted(f"{format_percent(100 * x)}%" if x is not None else "default fraction" for x in fractions)
+    )
+    return Outcome(
+        f"emergence step ({reached} of final): {ours}", verdict, "", f"{early}/{len(results)} ≤ 25K", sources
+    )
 
 
 def c4_cosine_drift(run: Run) -> Outcome:
-    def shape(f: pl.DataFrame) -> tuple[float, float]:
+    def shape(f: pl.DataFrame, model: str) -> tuple[float, float]:
         ncd = f["cohort_ncd_mean"].to_numpy()
         return float(ncd[0]), float(ncd[1:].mean()) if ncd.size > 1 else float("nan")
 
@@ -244,7 +259,7 @@ def c4_cosine_drift(run: Run) -> Outcome:
 
 
 def c5_wd_tse_correlation(run: Run) -> Outcome:
-    def pearson(f: pl.DataFrame) -> float:
+    def pearson(f: pl.DataFrame, model: str) -> float:
         return float(stats.pearsonr(f["cohort_wd_mean"], f["tse_overall"])[0]) if f.height >= 3 else float("nan")
 
     results, sources = _per_pythia(run, "emergence", ("step", "cohort_wd_mean", "tse_overall"), pearson)
@@ -258,15 +273,20 @@ def c5_wd_tse_correlation(run: Run) -> Outcome:
 
 def _ppl_ratio(run: Run, model: str, percent: float, reference: str = "clean", selector: str = "wasserstein"):
     frame, src = _paired(run, model, "ppl")
-    key = f"all/{selector}/p{_percent_key(percent)}"
-    ref = reference if reference == "clean" else f"all/{reference}/p{_percent_key(percent)}"
+    key = condition_key("all", selector, percent)
+    ref = reference if reference == "clean" else condition_key("all", reference, percent)
     return _paired_row(frame, ref, key), src
 
 
 def _ppl_doubles(run: Run, model: str, percent: float, direction: int = 1) -> tuple[str, str, str, str]:
     row, src = _ppl_ratio(run, model, percent)
     verdict = _ci_verdict(row["ci_lo"], row["ci_hi"], 2.0, direction)
-    return f"p{percent:g}: ×{_fmt(row['ratio'])}", f"[{_fmt(row['ci_lo'])}, {_fmt(row['ci_hi'])}]", verdict, src
+    return (
+        f"p{format_percent(percent)}: ×{_fmt(row['ratio'])}",
+        f"[{_fmt(row['ci_lo'])}, {_fmt(row['ci_hi'])}]",
+        verdict,
+        src,
+    )
 
 
 def c6_ppl_doubles_at_2(run: Run, model: str) -> Outcome:
@@ -287,7 +307,8 @@ def c8_random_much_less(run: Run, model: str) -> Outcome:
             row, src = _ppl_ratio(run, model, p, reference="random")
         except NotRun:
             continue
-        parts.append(f"p{p:g}: ppl_W/ppl_random = {_fmt(row['ratio'])} [{_fmt(row['ci_lo'])}, {_fmt(row['ci_hi'])}]")
+        ci = f"[{_fmt(row['ci_lo'])}, {_fmt(row['ci_hi'])}]"
+        parts.append(f"p{format_percent(p)}: ppl_W/ppl_random = {_fmt(row['ratio'])} {ci}")
         verdicts.append(_ci_verdict(row["ci_lo"], row["ci_hi"], 1.0, 1))
     if not parts:
         raise NotRun(f"no W vs random perplexity comparison for {model}")
@@ -296,7 +317,7 @@ def c8_random_much_less(run: Run, model: str) -> Outcome:
 
 def _matched_percent(run: Run, model: str, percent: float = 1.0) -> tuple[float, str]:
     result, src = run.json(model, "ppl")
-    key = f"all/matched/p{_percent_key(percent)}"
+    key = condition_key("all", "matched", percent)
     if key not in result["conditions"]:
         raise NotRun(f"{key} not scored for {model}")
     return float(result["conditions"][key]["matched_percent"]), src
@@ -312,8 +333,8 @@ def _matched_check(run: Run, model: str, paper: dict) -> Outcome:
     test = "m ≥ 10·p (order of magnitude)"
     if model in paper:
         verdicts.append(HOLDS if abs(m - paper[model]) <= 10 else FAILS)
-        test += f"; within ±10 points of {paper[model]:g}%"
-    return Outcome(f"m = {m:g}% lowest-WD matches 1% W", _combine(verdicts), "", test, [src])
+        test += f"; within ±10 points of {format_percent(paper[model])}%"
+    return Outcome(f"m = {format_percent(m)}% lowest-WD matches 1% W", _combine(verdicts), "", test, [src])
 
 
 def c9_matched_fraction(run: Run, model: str) -> Outcome:
@@ -326,12 +347,12 @@ def c10_matched_caption(run: Run, model: str) -> Outcome:
 
 def c11_only_wasserstein(run: Run, model: str) -> Outcome:
     parts, verdicts, sources = [], [], []
-    w = "all/wasserstein/p1"
+    w = condition_key("all", "wasserstein", 1)
     for bench in ("blimp", "tse"):
         frame, src = _paired(run, model, bench)
         sources.append(src)
         for control in ("matched", "random"):
-            row = _paired_row(frame, f"all/{control}/p1", w)
+            row = _paired_row(frame, condition_key("all", control, 1), w)
             significant = row["p_value"] < ALPHA
             verdicts.append(HOLDS if significant and row["drop"] > 0 else (FAILS if significant else NO_DATA))
             parts.append(
@@ -345,7 +366,7 @@ def c12_llama_mistral_more_than_qwen(run: Run) -> Outcome:
     drops, sources = {}, []
     for m in LMS:
         frame, src = _paired(run, m, "blimp")
-        drops[m] = _paired_row(frame, "clean", "all/wasserstein/p1")
+        drops[m] = _paired_row(frame, "clean", condition_key("all", "wasserstein", 1))
         sources.append(src)
     q = drops["qwen3-8b-base"]
     ordered = all(drops[m]["drop"] > q["drop"] for m in LMS[:2])
@@ -377,8 +398,8 @@ def _group_drops(run: Run, model: str, bench: str, kind: str, group_kind: str | 
     frame = frame.filter(pl.col("reference") == "clean")
     out: dict[int, dict[str, float]] = {}
     for cond in frame["condition"].unique().to_list():
-        scope, selector, percent = cond.split("/")
-        if selector != "wasserstein" or percent != "p1":
+        scope, selector, percent = parse_condition_key(cond)
+        if selector != "wasserstein" or percent != format_percent(1):
             continue
         if scope[0] == kind or (kind == "c" and scope == "g1"):
             rows = frame.filter(pl.col("condition") == cond)
@@ -436,7 +457,7 @@ def c16_npi_first_group(run: Run, model: str) -> Outcome:
     from wneurons.store.data import NPI_FAMILY
 
     frame, src = _paired(run, model, "tse")
-    row = _paired_row(frame, "clean", "g1/wasserstein/p1", group=("family", NPI_FAMILY))
+    row = _paired_row(frame, "clean", condition_key("g1", "wasserstein", 1), group=("family", NPI_FAMILY))
     lo, hi = row["ci_lo"], row["ci_hi"]
     verdict = HOLDS if lo <= 0.25 and hi >= 0.15 else FAILS
     ours = f"NPI accuracy drop at g1: {_fmt(100 * row['drop'])} pts (n = {row['n']})"
@@ -450,7 +471,7 @@ def c17_cumulative_tse(run: Run, model: str) -> Outcome:
 def c18_function_words(run: Run, model: str) -> Outcome:
     frame, src = run.parquet(model, "figure5_pairs", ("upos_i", "upos_j"))
     tags = np.concatenate([frame["upos_i"].to_numpy(), frame["upos_j"].to_numpy()])
-    share = float(np.isin(tags, FUNCTION_POS).mean())
+    share = float(np.isin(tags, FUNCTION_WORDS).mean())
     ours = f"function-word share of the {len(tags)} tokens in the top-{frame.height} pairs: {_fmt(share)}"
     sources = [src]
     try:
@@ -459,7 +480,7 @@ def c18_function_words(run: Run, model: str) -> Outcome:
         sources.append(rsrc)
     except NotRun:
         pass
-    test = "share of DET/ADP/AUX/PART/PRON/CCONJ/SCONJ/PUNCT > 0.5"
+    test = f"share of {'/'.join(FUNCTION_WORDS)} > 0.5"
     return Outcome(ours, HOLDS if share > 0.5 else FAILS, "", test, sources)
 
 
@@ -487,7 +508,7 @@ def _composition(run: Run, model: str, percent: float, top_k: int) -> tuple[pl.D
         frame = frame.filter(pl.col(pcol).cast(pl.Float64) == percent)
     frame = frame.filter(pl.col("top_k") == top_k).sort("layer")
     if frame.height == 0:
-        raise NotRun(f"{src} has no rows for {percent:g}% / top {top_k}")
+        raise NotRun(f"{src} has no rows for {format_percent(percent)}% / top {top_k}")
     return frame, src
 
 
@@ -605,7 +626,7 @@ def c26_one_percent(run: Run, model: str) -> Outcome:
     k = dict(zip(per_layer["layer"], per_layer["len"], strict=True))
     parts, verdicts = [], []
     for p in run.config["percents"]:
-        key = f"all/wasserstein/p{_percent_key(p)}"
+        key = condition_key("all", "wasserstein", p)
         if key not in result["conditions"]:
             continue
         counts = result["conditions"][key].get("neurons_per_layer")
@@ -613,7 +634,9 @@ def c26_one_percent(run: Run, model: str) -> Outcome:
             raise ValueError(f"{src}: condition {key} records no neurons_per_layer")
         shares = 100 * np.array([int(v) / k[int(layer)] for layer, v in counts.items()])
         verdicts.append(HOLDS if np.all(np.abs(shares - p) <= p / 2) else FAILS)
-        parts.append(f"p{p:g}: {len(shares)} layers, {_fmt(shares.min())}–{_fmt(shares.max())}% perturbed")
+        parts.append(
+            f"p{format_percent(p)}: {len(shares)} layers, {_fmt(shares.min())}–{_fmt(shares.max())}% perturbed"
+        )
     if not parts:
         raise NotRun(f"no all-layer wasserstein condition scored for {model}")
     return Outcome("; ".join(parts), _combine(verdicts), "", "every layer within p/2 of p%", [src, nsrc])
@@ -656,23 +679,22 @@ def c29_splits(run: Run, model: str) -> Outcome:
     """The neuron table's text checksum is WikiText-2 *test*'s (not validation's); perplexity scores validation."""
     import hashlib
 
-    from wneurons.store.data import load_wikitext
-    from wneurons.store.io import read_parquet_metadata
+    from wneurons.store.data import WIKITEXT_TEST, WIKITEXT_VALID, wikitext_split
 
-    meta = read_parquet_metadata(run.path(model, "neurons"))
+    meta = run.metadata(model, "neurons")
     ppl, psrc = run.json(model, "ppl")
     wikitext = run.data.get("wikitext2")
-    if not wikitext or not (run.root / wikitext / "wiki.test.raw").exists():
+    if not wikitext or not (run.root / wikitext / WIKITEXT_TEST).exists():
         raise NotRun("WikiText-2 data directory absent")
     if "text_sha256" not in meta:
         raise ValueError(f"{run.path(model, 'neurons')}: provenance lacks text_sha256")
     digest = {
-        split: hashlib.sha256(load_wikitext(run.root / wikitext / f"wiki.{split}.raw").encode("utf-8")).hexdigest()
+        split: hashlib.sha256(wikitext_split(run.root / wikitext, split).encode("utf-8")).hexdigest()
         for split in ("test", "valid")
     }
     on_test = meta["text_sha256"] == digest["test"] != digest["valid"]
-    shard_text = "wiki.test.raw" if on_test else "not wiki.test.raw"
-    ours = f"WD/MD: {shard_text} ({meta.get('n_tokens')} tokens); perplexity: wiki.valid.raw (wneurons.jobs)"
+    shard_text = WIKITEXT_TEST if on_test else f"not {WIKITEXT_TEST}"
+    ours = f"WD/MD: {shard_text} ({meta.get('n_tokens')} tokens); perplexity: {WIKITEXT_VALID} (wneurons.jobs)"
     src = run.rel(run.path(model, "neurons"))
     return Outcome(
         ours, HOLDS if on_test else FAILS, "", "sha256 of the statistics' text vs the data files", [src, psrc]

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import html
 import json
-import logging
 import math
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +24,6 @@ import numpy as np
 import polars as pl
 
 from wneurons.store import io
-
-log = logging.getLogger(__name__)
 
 HIST_RANGE = (-6.0, 6.0)  # standardized units; values outside are counted in the edge bins
 SORT_KEYS = ("layer", "neuron", "wd", "neg_share", "neg_per_token", "md", "wd_rank", "md_rank")
@@ -165,7 +161,7 @@ def _title(rec: dict) -> str:
 
 
 def neuron_html(rec: dict) -> str:
-    """One neuron's page from its record (see :func:`explorer_job` for the fields)."""
+    """One neuron's page from its record (see :func:`wneurons.jobs.report.explorer_job` for the fields)."""
     return _page(_title(rec), neuron_body(rec, "index.html"))
 
 
@@ -353,7 +349,7 @@ def write_explorer(
             tmp_file.write_text(bundle_html(model, revision, anchored, records, note), encoding="utf-8")
 
 
-# ---------------------------------------------------------------- the job: read shards, tables, pair sample
+# ---------------------------------------------------------------- a neuron's record (its job: wneurons.jobs.report)
 def _ranks(values: np.ndarray) -> np.ndarray:
     """1-based rank by descending value (NaN last, ties by index)."""
     key = np.where(np.isnan(values), -np.inf, values)
@@ -379,7 +375,9 @@ def listed_neurons(stats: pl.DataFrame, per_layer: int, layers: list[int] | None
     return pl.concat(frames)
 
 
-def _contexts(tokenizer, ids: np.ndarray, positions: np.ndarray, y: np.ndarray, width: int) -> list[dict]:
+def token_contexts(tokenizer, ids: np.ndarray, positions: np.ndarray, y: np.ndarray, width: int) -> list[dict]:
+    """One neuron's value ``y`` at each of ``positions`` of the token stream ``ids``, with the token and ``width``
+    tokens of context on each side, decoded."""
     return [
         {
             "y": float(y[p]),
@@ -391,7 +389,8 @@ def _contexts(tokenizer, ids: np.ndarray, positions: np.ndarray, y: np.ndarray, 
     ]
 
 
-def _pair_note(meta: dict, tags_path: str | None) -> str:
+def pair_note(meta: dict, tags_path: str | None) -> str:
+    """What a neuron page says of its pairs: how many, from which split and seed, tagged or not."""
     tagged = "POS / dep from spaCy" if meta["split"] == "validation" and tags_path else "no POS tags"
     return (
         f"top pairs by ratio r among {meta['n_pairs']} pairs of WikiText-2 {meta['split']} tokens "
@@ -399,98 +398,8 @@ def _pair_note(meta: dict, tags_path: str | None) -> str:
     )
 
 
-def explorer_job(
-    spec: dict,
-    shards_dir: str,
-    neurons_path: str,
-    wikitext_dir: str,
-    out_dir: str,
-    params: dict,
-    *,
-    sample_dir: str | None = None,
-    tags_path: str | None = None,
-    checkpoint_tables: dict[str, str] | None = None,
-    bundle: str | None = None,
-) -> dict:
-    """Build the explorer of one (model, revision) into ``out_dir``; returns a summary (neurons, seconds).
-
-    ``params``: neurons_per_layer, layers (null = all), bins, contexts (per side), context_tokens, top_pairs.
-    ``sample_dir``: the analyses' pair sample of this model (x, y, tokens.parquet), ``tags_path`` its POS table;
-    ``checkpoint_tables``: revision -> neurons.parquet of the model's other revisions; ``bundle``: also write the
-    site as one HTML file there (for the single-file report).
-    """
-    import hashlib
-
-    from wneurons.lm.activations import ShardIndex
-    from wneurons.lm.models import load_tokenizer
-    from wneurons.store.data import load_wikitext
-
-    start = time.perf_counter()
-    stats = pl.read_parquet(neurons_path)
-    listed = listed_neurons(stats, params["neurons_per_layer"], params["layers"])
-    shard = ShardIndex.load(shards_dir)
-    text = load_wikitext(Path(wikitext_dir) / "wiki.test.raw")
-    if hashlib.sha256(text.encode("utf-8")).hexdigest() != shard.meta["text_sha256"]:
-        raise ValueError(f"explorer: {shards_dir} was not collected from {wikitext_dir}/wiki.test.raw")
-    source = spec.get("hub_id") or spec.get("local_path")
-    tokenizer = load_tokenizer(source, spec["revision"] if "hub_id" in spec else None)
-    ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"][: shard.n_tokens], dtype=np.int64)
-    tokens, pairs_note, sample_layers = None, "no pair sample of this model in the run (analyses pairs)", {}
-    if sample_dir:
-        from wneurons.jobs.analyses import load_sample_layer, sample_tokens
-
-        tokens, meta = sample_tokens(sample_dir, tags_path)
-        pairs_note = _pair_note(meta, tags_path)
-    others = {
-        rev: pl.read_parquet(p, columns=["layer", "neuron", "wd"]) for rev, p in (checkpoint_tables or {}).items()
-    }
-
-    records = []
-    for row in listed.iter_rows(named=True):  # one page per listed neuron: a few per layer
-        layer, neuron = int(row["layer"]), int(row["neuron"])
-        y = shard.y_neurons(layer, neuron, neuron + 1)[0].astype(np.float64)
-        low, high = extreme_positions(y, params["contexts"])
-        frac = row["frac_negative"]
-        per_token = (row["wd_negative"] / frac) / (row["wd_positive"] / (1 - frac)) if 0 < frac < 1 else float("nan")
-        rec = {
-            "model": spec["name"],
-            "revision": spec["revision"],
-            **{k: row[k] for k in ("layer", "neuron", "wd", "wd_negative", "wd_positive", "frac_negative", "md")},
-            "wd_rank": int(row["wd_rank"]),
-            "md_rank": int(row["md_rank"]),
-            "layer_size": int(row["layer_size"]),
-            "neg_share": row["wd_negative"] / row["wd"] if row["wd"] else float("nan"),
-            "neg_per_token": float(per_token),
-            "histogram": sign_histogram(y, params["bins"]),
-            "negative_contexts": _contexts(tokenizer, ids, low, y, params["context_tokens"]),
-            "positive_contexts": _contexts(tokenizer, ids, high, y, params["context_tokens"]),
-            "pairs_note": pairs_note,
-            "checkpoints": _checkpoint_wd(others, layer, neuron),
-        }
-        if tokens is not None:
-            from wneurons.core.case_study import top_pair_table
-
-            if layer not in sample_layers:  # listed neurons come layer by layer: keep one layer's sample
-                sample_layers = {layer: load_sample_layer(sample_dir, layer)}
-            x, ys = sample_layers[layer]
-            rec["pairs"] = top_pair_table(x, ys[:, neuron], tokens, k=params["top_pairs"]).to_dicts()
-        records.append(rec)
-    from wneurons import __version__
-
-    note = (
-        f"Top {params['neurons_per_layer']} neurons by WD in each of {listed['layer'].n_unique()} layers; "
-        f"statistics over {shard.n_tokens} WikiText-2 test tokens (text sha256 {shard.meta['text_sha256'][:12]}…, "
-        f"neuron table sha256 {io.sha256_file(neurons_path)[:12]}…, wneurons {__version__}). Click a column to sort."
-    )
-    write_explorer(out_dir, spec["name"], spec["revision"], records, note, bundle=bundle)
-    summary = {"neurons": len(records), "seconds": round(time.perf_counter() - start, 2)}
-    log.info(
-        "explorer %s %s: %d neuron pages in %.1f s", spec["name"], spec["revision"], len(records), summary["seconds"]
-    )
-    return summary
-
-
-def _checkpoint_wd(tables: dict[str, pl.DataFrame], layer: int, neuron: int) -> list[dict]:
+def checkpoint_wd(tables: dict[str, pl.DataFrame], layer: int, neuron: int) -> list[dict]:
+    """The neuron's WD and rank in its layer at each other revision (revision -> its neuron table)."""
     out = []
     for revision, table in tables.items():
         rows = table.filter(pl.col("layer") == layer).sort("neuron")

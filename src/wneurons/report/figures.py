@@ -17,6 +17,7 @@ import polars as pl
 import torch
 from matplotlib.figure import Figure
 
+from wneurons.experiment.grid import parse_condition_key
 from wneurons.lm.activations import ShardIndex
 from wneurons.store.io import atomic_output
 
@@ -234,7 +235,7 @@ def _conditions_by(result: dict, scope: str, selector: str) -> dict[float, dict]
     """{percent: condition summary} of one scope and selector in an aggregated result file."""
     out = {}
     for key, cond in result["conditions"].items():
-        c_scope, c_selector, _ = key.split("/")
+        c_scope, c_selector, _ = parse_condition_key(key)
         if c_scope == scope and c_selector == selector:
             out[float(cond["percent"])] = cond
     return dict(sorted(out.items()))
@@ -242,6 +243,13 @@ def _conditions_by(result: dict, scope: str, selector: str) -> dict[float, dict]
 
 def _value(scores: dict, field: str) -> float:
     return float(scores[field])
+
+
+def _sem(condition: dict | None, field: str) -> float:
+    """A condition's SEM of ``field`` as an error bar: 0 (no bar) where it has none or it is undefined (null: one
+    scored trial)."""
+    sem = (condition or {}).get("sem", {}).get(field)
+    return 0.0 if sem is None else float(sem)
 
 
 def unmatched_controls(ppl: dict) -> dict[float, str]:
@@ -277,7 +285,7 @@ def figure3(ppl_path, blimp_path, tse_path, out_path) -> None:
             continue
         xs = [0.0, *conds]
         ys = [clean_ppl, *(_value(c["scores"], "perplexity") for c in conds.values())]
-        errs = [0.0, *(_value(c.get("sem", {"perplexity": 0.0}), "perplexity") for c in conds.values())]
+        errs = [0.0, *(_sem(c, "perplexity") for c in conds.values())]
         ax.errorbar(xs, ys, yerr=errs, marker="o", color=color, label=selector, capsize=3)
         ax.annotate(f"{ys[-1]:.1f}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4), color=color)
     ax.annotate(f"{clean_ppl:.1f}", (0, clean_ppl), textcoords="offset points", xytext=(4, -12))
@@ -315,7 +323,7 @@ def figure3(ppl_path, blimp_path, tse_path, out_path) -> None:
             for selector in labels[1:]:
                 cond = _conditions_by(result, "all", selector).get(at)
                 values.append(_value(cond["scores"], "overall") if cond else np.nan)
-                errors.append(_value(cond["sem"], "overall") if cond and "sem" in cond else 0.0)
+                errors.append(_sem(cond, "overall"))
             xs = np.arange(len(labels)) + (i - 0.5) * width
             bars = ax.bar(xs, values, width, yerr=errors, capsize=3, label=name)
             if at in unmatched:
@@ -354,11 +362,9 @@ def figure4(blimp_path, tse_path, out_path) -> None:
     from wneurons.store import io
 
     blimp, tse = io.read_json(blimp_path), io.read_json(tse_path)
-    groups = sorted({k.split("/")[0] for k in blimp["conditions"] if k[0] == "g"}, key=lambda s: int(s[1:]))
-    cumulative = [
-        "g1",
-        *sorted({k.split("/")[0] for k in blimp["conditions"] if k[0] == "c"}, key=lambda s: int(s[1:])),
-    ]
+    scopes = {parse_condition_key(k).scope for k in blimp["conditions"]}
+    groups = sorted((s for s in scopes if s[0] == "g"), key=lambda s: int(s[1:]))
+    cumulative = ["g1", *sorted((s for s in scopes if s[0] == "c"), key=lambda s: int(s[1:]))]
     panels = [
         (blimp, "by_term", groups, "(a) BLiMP, individual groups"),
         (blimp, "by_term", cumulative, "(b) BLiMP, cumulative"),

@@ -1,32 +1,27 @@
 """The replication layer: paired comparisons from per-item results, and the paper's claims table (C1-C29).
 
-Two jobs:
+- :func:`paired_comparisons` compares the per-item results (``{benchmark}.items.parquet``, :func:`read_items`) of
+  the clean model and every ablation condition of one checkpoint: each comparison the paper makes (W vs clean,
+  W vs random, W vs matched, and every control vs clean) per group (overall, BLiMP linguistics term and paradigm,
+  TSE family and task) with the paired statistics of :mod:`core.uncertainty`; random controls pooled over trials
+  (as the paper's mean) and per trial.
+- :func:`claims_markdown` and :func:`claims_html` render the claims table of ``shared/spec/analyses.md``
+  section F (rows from :func:`wneurons.report.claims.claim_rows`), :func:`run_provenance` its provenance.
 
-- :func:`paired_job` reads the per-item results (``{benchmark}.items.parquet``) of the clean model and every
-  ablation condition of one checkpoint and writes ``paired/{benchmark}.parquet``: each comparison the paper makes
-  (W vs clean, W vs random, W vs matched, and every control vs clean) per group (overall, BLiMP linguistics term
-  and paradigm, TSE family and task) with the paired statistics of :mod:`core.uncertainty`; random controls pooled
-  over trials (as the paper's mean) and per trial.
-- :func:`replication_table_job` fills the claims table of ``shared/spec/analyses.md`` section F from the result
-  files a run has: one row per claim and model; a claim whose files are absent says "not run" and stays in the
-  table. The checks themselves live in :mod:`wneurons.report.claims`.
+Their jobs (read the files a rule names, write its outputs) are :mod:`wneurons.jobs.report`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from wneurons.core.uncertainty import paired_accuracy_difference, paired_perplexity_ratio, window_nll_sums
+from wneurons.experiment.grid import ConditionKey, condition_key, parse_condition_key
 from wneurons.store import io
-
-log = logging.getLogger(__name__)
 
 # Groups of the per-item tables (the paper's figures break BLiMP down by term, TSE by family).
 ITEM_GROUPS = {"blimp": ("linguistics_term", "paradigm"), "tse": ("family", "task")}
@@ -35,11 +30,6 @@ ITEM_COLUMNS = {
     "tse": ("item", "task", "family", "correct"),
     "ppl": ("window", "position", "nll"),
 }
-
-
-def condition_key(condition: dict) -> str:
-    """``{scope}/{selector}/p{percent}``: the key of a condition in the aggregate JSONs (trials pooled)."""
-    return f"{condition['scope']}/{condition['selector']}/p{condition['percent']}"
 
 
 def read_items(path: str | Path, benchmark: str) -> pl.DataFrame:
@@ -51,14 +41,14 @@ def read_items(path: str | Path, benchmark: str) -> pl.DataFrame:
     return frame.sort("position" if benchmark == "ppl" else "item")
 
 
-def _comparisons(keys: dict[str, dict]) -> list[tuple[str, str]]:
+def _comparisons(keys: dict[str, ConditionKey]) -> list[tuple[str, str]]:
     """(reference, condition) pairs: every condition vs clean; W vs random and W vs matched at the same scope/p."""
     pairs = [("clean", key) for key in sorted(keys)]
     for key, c in sorted(keys.items()):
-        if c["selector"] != "wasserstein":
+        if c.selector != "wasserstein":
             continue
         for control in ("random", "matched"):
-            ref = condition_key(c | {"selector": control})
+            ref = condition_key(c.scope, control, c.percent)
             if ref in keys:
                 pairs.append((ref, key))
     return pairs
@@ -87,7 +77,7 @@ def _accuracy_rows(
         values = clean[column].to_numpy()
         masks += [(column, str(v), values == v) for v in np.unique(values)]
     rows = []
-    keys = {k: _parse_key(k) for k in tables}
+    keys = {k: parse_condition_key(k) for k in tables}
     for reference, condition in _comparisons(keys):
         # The side with trials (random) is viewed pooled and per trial; the other side has one outcome vector.
         side = condition if reference == "clean" else reference
@@ -112,11 +102,6 @@ def _accuracy_rows(
     return rows
 
 
-def _parse_key(key: str) -> dict:
-    scope, selector, percent = key.split("/")
-    return {"scope": scope, "selector": selector, "percent": percent[1:]}
-
-
 def _ppl_rows(clean: pl.DataFrame, tables: dict[str, dict[int, pl.DataFrame]], resamples: int, seed: int) -> list:
     ids, clean_sums, counts = window_nll_sums(clean["window"].to_numpy(), clean["nll"].to_numpy())
     sums = {"clean": {0: clean_sums}}
@@ -127,7 +112,7 @@ def _ppl_rows(clean: pl.DataFrame, tables: dict[str, dict[int, pl.DataFrame]], r
                 raise ValueError(f"ppl windows of {key} trial {t} differ from the clean model's windows")
             sums.setdefault(key, {})[t] = s
     rows = []
-    keys = {k: _parse_key(k) for k in tables}
+    keys = {k: parse_condition_key(k) for k in tables}
     for reference, condition in _comparisons(keys):
         side = condition if reference == "clean" else reference
         for trial, stack in _trial_views(sums[side]):
@@ -138,45 +123,14 @@ def _ppl_rows(clean: pl.DataFrame, tables: dict[str, dict[int, pl.DataFrame]], r
     return rows
 
 
-def paired_job(
-    benchmark: str,
-    clean_path: str,
-    condition_paths: list[str],
-    conditions: list[dict],
-    out_path: str,
-    *,
-    resamples: int,
-    seed: int,
+def paired_comparisons(
+    benchmark: str, clean: pl.DataFrame, tables: dict[str, dict[int, pl.DataFrame]], *, resamples: int, seed: int
 ) -> pl.DataFrame:
-    """Paired comparisons of one benchmark at one checkpoint; ``conditions[i]`` (scope, selector, percent, trial)
-    describes ``condition_paths[i]``. Writes ``out_path`` (parquet, provenance in its footer) and returns it."""
-    start = time.perf_counter()
-    if len(condition_paths) != len(conditions):
-        raise ValueError(f"{len(condition_paths)} per-item files for {len(conditions)} conditions")
-    clean = read_items(clean_path, benchmark)
-    tables: dict[str, dict[int, pl.DataFrame]] = defaultdict(dict)
-    for path, condition in zip(condition_paths, conditions, strict=True):
-        tables[condition_key(condition)][int(condition["trial"])] = read_items(path, benchmark)
+    """One row per comparison (and group, for BLiMP / TSE) of one benchmark at one checkpoint: ``clean`` and
+    ``tables`` (condition key -> trial -> table) are per-item tables as :func:`read_items` gives them."""
     if benchmark == "ppl":
-        rows = _ppl_rows(clean, tables, resamples, seed)
-    else:
-        rows = _accuracy_rows(benchmark, clean, tables, resamples, seed)
-    frame = pl.DataFrame(rows)
-    scored = io.read_parquet_metadata(clean_path)  # the clean scoring job's provenance
-    meta = {
-        **{k: scored.get(k) for k in ("model", "revision", "convention", "data_sha256", "wneurons_version")},
-        "benchmark": benchmark,
-        "resamples": resamples,
-        "seed": seed,
-        "ci": "percentile bootstrap 95%, items resampled (ppl: windows), paired",
-        "test": "exact McNemar (sign test on per-item mean over trials when random trials are pooled)",
-        "clean_items": clean_path,
-        "clean_items_sha256": io.sha256_file(clean_path),
-        "drop": "acc(reference) - acc(condition); ppl: ratio = ppl(condition) / ppl(reference)",
-    }
-    io.write_parquet(out_path, frame, metadata=meta)
-    log.info("paired %s: %d rows in %.1f s", benchmark, frame.height, time.perf_counter() - start)
-    return frame
+        return pl.DataFrame(_ppl_rows(clean, tables, resamples, seed))
+    return pl.DataFrame(_accuracy_rows(benchmark, clean, tables, resamples, seed))
 
 
 # ---------------------------------------------------------------- the claims table
@@ -263,23 +217,3 @@ def run_provenance(run_spec: dict) -> dict:
                 blocks[bench] = io.read_json(path).get("provenance", {})
         models[name] = {"revision": spec.get("revision"), "family": spec["family"], "results": blocks or "not run"}
     return {"config": run_spec["config"], "data": run_spec["data"], "models": models}
-
-
-def replication_table_job(run_spec: dict, out_md: str, out_json: str, out_html: str | None = None) -> list[dict]:
-    """Fill the claims table from the result files named in ``run_spec`` (see :class:`wneurons.report.claims.Run`) and
-    write it as Markdown, JSON (rows + provenance) and, with ``out_html``, a self-contained HTML page."""
-    from wneurons.report.claims import Run, claim_rows
-
-    start = time.perf_counter()
-    run = Run(models=run_spec["models"], config=run_spec["config"], data=run_spec["data"])
-    rows = claim_rows(run)
-    provenance = run_provenance(run_spec)
-    io.write_json(out_json, {"claims": rows, "provenance": provenance})
-    with io.atomic_output(out_md, ".md") as tmp:
-        tmp.write_text(claims_markdown(rows, Path(out_md).parent))
-    if out_html:
-        with io.atomic_output(out_html, ".html") as tmp:
-            tmp.write_text(claims_html(rows, provenance, Path(out_html).parent))
-    verdicts = {v: sum(r["verdict"] == v for r in rows) for v in {r["verdict"] for r in rows}}
-    log.info("replication table: %d rows %s in %.1f s", len(rows), verdicts, time.perf_counter() - start)
-    return rows

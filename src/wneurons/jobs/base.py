@@ -1,0 +1,128 @@
+"""What every job module shares: a job's log file, the configured model (loaded once per process and lent between
+jobs), its tokenizer alone, the window-BOS choice, and the model and data provenance every result records."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from wneurons.experiment.config import model_source
+from wneurons.store import io
+from wneurons.store.data import SOURCE_FILE
+
+log = logging.getLogger("wneurons")
+
+HUB = "hub_id"  # the one model source whose loader spec carries a revision; the other is a local directory
+
+
+@contextlib.contextmanager
+def logged_to(path: str | os.PathLike | None, threads: int | None = None) -> Iterator[None]:
+    """Send this job's log lines (and, in a process of its own, stderr) to ``path``; run it with torch's thread
+    count at the job's threads. Jobs that share a process (:mod:`wneurons.jobs.inprocess`) each log their own thread's
+    records only."""
+    from wneurons.jobs.inprocess import in_main_thread, torch_threads
+
+    with torch_threads(int(threads)) if threads else contextlib.nullcontext():
+        if path is None:
+            yield
+            return
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        own_process = in_main_thread()
+        with open(path, "w", buffering=1) as fh:
+            handler = logging.StreamHandler(fh)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            thread = threading.get_ident()
+            handler.addFilter(lambda record: record.thread == thread)
+            root = logging.getLogger()
+            root.addHandler(handler)
+            if root.level > logging.INFO or root.level == logging.NOTSET:
+                root.setLevel(logging.INFO)
+            if own_process:
+                old_stderr, sys.stderr = sys.stderr, fh
+            try:
+                yield
+            except BaseException:
+                log.exception("job failed")
+                raise
+            finally:
+                if own_process:
+                    sys.stderr = old_stderr
+                root.removeHandler(handler)
+
+
+def model_location(spec: dict) -> tuple[str, str, str | None]:
+    """Where a loader spec's model is: ``(source key, hub id or local directory, hub revision or None)``; the
+    source key is the one of :data:`wneurons.experiment.config.MODEL_SOURCES` the spec gives."""
+    source = model_source(spec)
+    return source, spec[source], spec["revision"] if source == HUB else None
+
+
+def load_configured_model(spec: dict, dtype: str):
+    """Load the model of a config entry (hub id + revision, or local directory) and check its layer count and,
+    where the entry names one, its family against the loaded model's."""
+    from wneurons.lm.models import job_device, load_model
+    from wneurons.lm.registry import check_family, preactivation_modules
+
+    source, location, revision = model_location(spec)
+    where = {source: location} | ({"revision": revision} if revision is not None else {})
+    model, tokenizer = load_model(**where, dtype=dtype, device=job_device())
+    check_family(spec.get("family"), model, f"models.{spec['name']}.family")
+    n_layers = len(preactivation_modules(model))
+    if n_layers != spec["num_layers"]:
+        raise ValueError(
+            f"models.{spec['name']}.num_layers is {spec['num_layers']} but the loaded model has {n_layers} layers"
+        )
+    return model, tokenizer
+
+
+@contextlib.contextmanager
+def configured_model(spec: dict, dtype: str) -> Iterator[tuple[Any, Any]]:
+    """``(model, tokenizer)`` of a config entry for the length of a job: loaded once per process and lent to the
+    next job of the same model from :data:`wneurons.lm.model_pool.POOL` (see :mod:`wneurons.jobs.inprocess`)."""
+    from wneurons.lm.model_pool import POOL
+    from wneurons.lm.models import job_device
+
+    key = (spec["name"], model_location(spec)[1], spec["revision"], dtype, job_device())
+    with POOL.checkout(key, lambda: load_configured_model(spec, dtype)) as loaded:
+        yield loaded
+
+
+def configured_tokenizer(spec: dict):
+    """The tokenizer alone of a config entry (no model loaded)."""
+    from wneurons.lm.models import load_tokenizer
+
+    _, location, revision = model_location(spec)
+    return load_tokenizer(location, revision)
+
+
+def window_bos_of(spec: dict, model, tokenizer) -> tuple[bool, str]:
+    """Whether every activation / perplexity window gets a BOS: the config entry's ``window_bos``, or (null) the
+    family's default from the registry; and why."""
+    from wneurons.lm.models import tokenizer_adds_bos
+    from wneurons.lm.registry import family_spec, resolve_window_bos
+
+    return resolve_window_bos(spec.get("window_bos"), family_spec(model), tokenizer_adds_bos(tokenizer))
+
+
+def model_provenance(spec: dict, model=None) -> dict:
+    """Model name, family (the loaded model's ``model_type`` when given the model, else the entry's), revision,
+    source, and the conversion record of converted models (their directory's ``SOURCE.json``)."""
+    source, location, _ = model_location(spec)
+    family = model.config.model_type if model is not None else spec.get("family")
+    prov = {"model": spec["name"], "family": family, "revision": spec["revision"], "source": location}
+    source_json = Path(location) / SOURCE_FILE
+    if source != HUB and source_json.is_file():
+        prov["model_source"] = io.read_json(source_json)
+    return prov
+
+
+def data_provenance(data_dir: str) -> dict:
+    """The checksum and origin of a verified data directory (its ``SOURCE.json``)."""
+    source = io.read_json(Path(data_dir) / SOURCE_FILE)
+    return {"data_sha256": source["sha256"], "data_source": source["source"]}

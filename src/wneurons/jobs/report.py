@@ -1,0 +1,167 @@
+"""Jobs of ``workflow/rules/report.smk``: the paired comparisons of one checkpoint, the claims table of a run and the
+neuron explorer of one (model, revision). The comparisons and the rendering are :mod:`wneurons.report.replication`,
+:mod:`wneurons.report.claims` and :mod:`wneurons.report.explorer`; these jobs read the files and write the outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from wneurons.experiment.grid import condition_key
+from wneurons.jobs.base import configured_tokenizer
+from wneurons.store import io
+
+log = logging.getLogger("wneurons")
+
+
+def paired_job(
+    benchmark: str,
+    clean_path: str,
+    condition_paths: list[str],
+    conditions: list[dict],
+    out_path: str,
+    *,
+    resamples: int,
+    seed: int,
+) -> pl.DataFrame:
+    """Paired comparisons of one benchmark at one checkpoint (:func:`wneurons.report.replication.paired_comparisons`);
+    ``conditions[i]`` (scope, selector, percent, trial) describes ``condition_paths[i]``. Writes ``out_path``
+    (parquet, provenance in its footer) and returns it."""
+    from wneurons.report.replication import paired_comparisons, read_items
+
+    start = time.perf_counter()
+    if len(condition_paths) != len(conditions):
+        raise ValueError(f"{len(condition_paths)} per-item files for {len(conditions)} conditions")
+    clean = read_items(clean_path, benchmark)
+    tables: dict[str, dict[int, pl.DataFrame]] = defaultdict(dict)
+    for path, c in zip(condition_paths, conditions, strict=True):
+        tables[condition_key(c["scope"], c["selector"], c["percent"])][int(c["trial"])] = read_items(path, benchmark)
+    frame = paired_comparisons(benchmark, clean, tables, resamples=resamples, seed=seed)
+    scored = io.read_parquet_metadata(clean_path)  # the clean scoring job's provenance
+    meta = {
+        **{k: scored.get(k) for k in ("model", "revision", "convention", "data_sha256", "wneurons_version")},
+        "benchmark": benchmark,
+        "resamples": resamples,
+        "seed": seed,
+        "ci": "percentile bootstrap 95%, items resampled (ppl: windows), paired",
+        "test": "exact McNemar (sign test on per-item mean over trials when random trials are pooled)",
+        "clean_items": clean_path,
+        "clean_items_sha256": io.sha256_file(clean_path),
+        "drop": "acc(reference) - acc(condition); ppl: ratio = ppl(condition) / ppl(reference)",
+    }
+    io.write_parquet(out_path, frame, metadata=meta)
+    log.info("paired %s: %d rows in %.1f s", benchmark, frame.height, time.perf_counter() - start)
+    return frame
+
+
+def replication_table_job(run_spec: dict, out_md: str, out_json: str, out_html: str | None = None) -> list[dict]:
+    """Fill the claims table from the result files named in ``run_spec`` (see :class:`wneurons.report.claims.Run`) and
+    write it as Markdown, JSON (rows + provenance) and, with ``out_html``, a self-contained HTML page."""
+    from wneurons.report.claims import Run, claim_rows
+    from wneurons.report.replication import claims_html, claims_markdown, run_provenance
+
+    start = time.perf_counter()
+    run = Run(models=run_spec["models"], config=run_spec["config"], data=run_spec["data"])
+    rows = claim_rows(run)
+    provenance = run_provenance(run_spec)
+    io.write_json(out_json, {"claims": rows, "provenance": provenance})
+    with io.atomic_output(out_md, ".md") as tmp:
+        tmp.write_text(claims_markdown(rows, Path(out_md).parent))
+    if out_html:
+        with io.atomic_output(out_html, ".html") as tmp:
+            tmp.write_text(claims_html(rows, provenance, Path(out_html).parent))
+    verdicts = {v: sum(r["verdict"] == v for r in rows) for v in {r["verdict"] for r in rows}}
+    log.info("replication table: %d rows %s in %.1f s", len(rows), verdicts, time.perf_counter() - start)
+    return rows
+
+
+def explorer_job(
+    spec: dict,
+    shards_dir: str,
+    neurons_path: str,
+    wikitext_dir: str,
+    out_dir: str,
+    params: dict,
+    *,
+    sample_dir: str | None = None,
+    tags_path: str | None = None,
+    checkpoint_tables: dict[str, str] | None = None,
+    bundle: str | None = None,
+) -> dict:
+    """Build the explorer of one (model, revision) into ``out_dir``; returns a summary (neurons, seconds).
+
+    ``params``: neurons_per_layer, layers (null = all), bins, contexts (per side), context_tokens, top_pairs.
+    ``sample_dir``: the analyses' pair sample of this model (x, y, tokens.parquet), ``tags_path`` its POS table;
+    ``checkpoint_tables``: revision -> neurons.parquet of the model's other revisions; ``bundle``: also write the
+    site as one HTML file there (for the single-file report).
+    """
+    from wneurons import __version__
+    from wneurons.core.case_study import top_pair_table
+    from wneurons.core.stats import negative_per_token_ratio
+    from wneurons.lm.activations import ShardIndex
+    from wneurons.report import explorer
+    from wneurons.store.data import WIKITEXT_TEST, wikitext_split
+    from wneurons.store.sample import load_sample_layer, sample_tokens
+
+    start = time.perf_counter()
+    stats = pl.read_parquet(neurons_path)
+    listed = explorer.listed_neurons(stats, params["neurons_per_layer"], params["layers"])
+    shard = ShardIndex.load(shards_dir)
+    text = wikitext_split(wikitext_dir, "test")
+    if hashlib.sha256(text.encode("utf-8")).hexdigest() != shard.meta["text_sha256"]:
+        raise ValueError(f"explorer: {shards_dir} was not collected from {wikitext_dir}/{WIKITEXT_TEST}")
+    tokenizer = configured_tokenizer(spec)
+    ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"][: shard.n_tokens], dtype=np.int64)
+    tokens, pairs_note, sample_layers = None, "no pair sample of this model in the run (analyses pairs)", {}
+    if sample_dir:
+        tokens, meta = sample_tokens(sample_dir, tags_path)
+        pairs_note = explorer.pair_note(meta, tags_path)
+    others = {
+        rev: pl.read_parquet(p, columns=["layer", "neuron", "wd"]) for rev, p in (checkpoint_tables or {}).items()
+    }
+
+    records = []
+    for row in listed.iter_rows(named=True):  # one page per listed neuron: a few per layer
+        layer, neuron = int(row["layer"]), int(row["neuron"])
+        y = shard.y_neurons(layer, neuron, neuron + 1)[0].astype(np.float64)
+        low, high = explorer.extreme_positions(y, params["contexts"])
+        per_token = negative_per_token_ratio(row["wd_negative"], row["wd_positive"], row["frac_negative"])
+        rec = {
+            "model": spec["name"],
+            "revision": spec["revision"],
+            **{k: row[k] for k in ("layer", "neuron", "wd", "wd_negative", "wd_positive", "frac_negative", "md")},
+            "wd_rank": int(row["wd_rank"]),
+            "md_rank": int(row["md_rank"]),
+            "layer_size": int(row["layer_size"]),
+            "neg_share": row["wd_negative"] / row["wd"] if row["wd"] else float("nan"),
+            "neg_per_token": float(per_token),
+            "histogram": explorer.sign_histogram(y, params["bins"]),
+            "negative_contexts": explorer.token_contexts(tokenizer, ids, low, y, params["context_tokens"]),
+            "positive_contexts": explorer.token_contexts(tokenizer, ids, high, y, params["context_tokens"]),
+            "pairs_note": pairs_note,
+            "checkpoints": explorer.checkpoint_wd(others, layer, neuron),
+        }
+        if tokens is not None:
+            if layer not in sample_layers:  # listed neurons come layer by layer: keep one layer's sample
+                sample_layers = {layer: load_sample_layer(sample_dir, layer)}
+            x, ys = sample_layers[layer]
+            rec["pairs"] = top_pair_table(x, ys[:, neuron], tokens, k=params["top_pairs"]).to_dicts()
+        records.append(rec)
+    note = (
+        f"Top {params['neurons_per_layer']} neurons by WD in each of {listed['layer'].n_unique()} layers; "
+        f"statistics over {shard.n_tokens} WikiText-2 test tokens (text sha256 {shard.meta['text_sha256'][:12]}…, "
+        f"neuron table sha256 {io.sha256_file(neurons_path)[:12]}…, wneurons {__version__}). Click a column to sort."
+    )
+    explorer.write_explorer(out_dir, spec["name"], spec["revision"], records, note, bundle=bundle)
+    summary = {"neurons": len(records), "seconds": round(time.perf_counter() - start, 2)}
+    log.info(
+        "explorer %s %s: %d neuron pages in %.1f s", spec["name"], spec["revision"], len(records), summary["seconds"]
+    )
+    return summary
