@@ -9,6 +9,7 @@ the same hooked model, and against a forward pass written here.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -128,8 +129,9 @@ def test_select_items_is_a_seeded_sorted_uniform_subset():
     # A smaller limit keeps a subset of the larger one's items (the same keys, fewer kept).
     assert set(select_items(100, 5, seed=1)) <= set(chosen)
     assert select_items(100, None, seed=1) is None and select_items(100, 100, seed=1) is None
-    with pytest.raises(ValueError, match="positive"):
-        select_items(100, 0, seed=1)
+    for bad in (0, -1, True, 0.5):
+        with pytest.raises(ValueError, match="positive"):
+            select_items(100, bad, seed=1)
 
 
 def test_lastword_items_put_the_true_word_among_distinct_distractors():
@@ -225,7 +227,7 @@ def test_frame_summary_and_provenance(tiny_model, task_dir, tmp_path):
     assert summary["tasks"][CLOZE_TASK]["metrics"]["acc"] == pytest.approx(cloze["correct"].mean())
     assert summary["tasks"][LASTWORD_TASK]["n_items"] == summary["tasks"][LASTWORD_TASK]["n_docs"] == len(docs)
     assert summary["convention"] == "lm-eval" and summary["bos_prepended"] is False
-    assert summary["provenance"]["lm_eval_version"] == "0.4.13"
+    assert summary["provenance"]["lm_eval_version"] == importlib.metadata.version("lm-eval")
 
     # The config hash follows the task, not where its files are: a moved copy hashes the same...
     moved = tmp_path / "moved"
@@ -238,6 +240,12 @@ def test_frame_summary_and_provenance(tiny_model, task_dir, tmp_path):
     digest = task_config_sha256(config)
     write_wikitext_tasks(tmp_path / "wikitext", moved, context_words=MIN_CONTEXT_WORDS, seed=1)
     assert task_config_sha256(config) != digest
+
+
+def test_limits_must_name_tasks_of_the_suite(tiny_model, task_dir):
+    suite = LmEvalSuite(tasks=(CLOZE_TASK,), include_path=str(task_dir), limits={"wikitext2_clozee": 4})
+    with pytest.raises(ValueError, match="wikitext2_clozee not in the suite"):
+        score_suite(tiny_model("llama"), char_tokenizer(), suite)
 
 
 def test_generation_tasks_are_refused(tiny_model, tmp_path):

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 CONVENTION = "lm-eval"
 OUTPUT_TYPES = ("loglikelihood", "multiple_choice")
+SOFTMAX_DTYPE = "float32"
 # Columns of the per-item results (``{benchmark}.items.parquet``), in file order.
 LMEVAL_ITEM_COLUMNS = (
     "item", "task", "doc_id", "target", "gold", "logprob_choices", "is_greedy", "correct", "correct_norm",
@@ -86,10 +87,12 @@ def select_items(n_docs: int, limit: int | None, seed: int) -> list[int] | None:
     """Sorted indices of ``limit`` of ``n_docs`` documents, uniform without replacement from
     ``numpy.random.default_rng(seed)`` (a uniform key per document, the ``limit`` smallest kept); ``None`` (all
     documents) when ``limit`` is ``None`` or at least ``n_docs``."""
-    if limit is None or limit >= n_docs:
+    if limit is None:
         return None
-    if isinstance(limit, bool) or limit < 1:
+    if isinstance(limit, bool) or not isinstance(limit, int | np.integer) or limit < 1:
         raise ValueError(f"item limit must be a positive int or None, got {limit!r}")
+    if limit >= n_docs:
+        return None
     keys = np.random.default_rng(seed).random(n_docs)
     # lm-eval maps its logged doc ids back through this list by position, so it must be sorted.
     return sorted(int(i) for i in np.argsort(keys, kind="stable")[:limit])
@@ -170,7 +173,15 @@ def _harness_model(model: torch.nn.Module, tokenizer, batch_size: int, max_lengt
     if getattr(tokenizer, "pad_token_id", None) is None:
         # HFLM gives a tokenizer without one a pad token in place; the caller's tokenizer stays as it was.
         tokenizer = copy.deepcopy(tokenizer)
-    return HFLM(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size, max_length=max_length)
+    return HFLM(
+        pretrained=model,
+        tokenizer=tokenizer,
+        backend="causal",
+        batch_size=batch_size,
+        max_length=max_length,
+        # Log-softmax in float32 whatever the model's dtype, as lm.scoring does (a no-op on a float32 model).
+        softmax_dtype=SOFTMAX_DTYPE,
+    )
 
 
 def _bos_prepended(lm) -> bool:
@@ -190,8 +201,8 @@ def score_suite(
     """Score ``suite`` on ``model`` as it is (hooks included) through ``lm_eval.simple_evaluate``.
 
     Returns ``(summary, items)``. ``summary``: ``{"overall", "n_items", "tasks", "convention", "bos_prepended",
-    "prefix_token_id", "seed", "provenance"}`` where ``overall`` is ``correct`` averaged over all items (the
-    micro-average, as BLiMP's), ``tasks`` maps each task to ``{"metrics", "n_items", "n_docs", "output_type",
+    "prefix_token_id", "softmax_dtype", "seed", "provenance"}`` where ``overall`` is ``correct`` averaged over all
+    items (the micro-average, as BLiMP's), ``tasks`` maps each task to ``{"metrics", "n_items", "n_docs", "output_type",
     "num_fewshot", "version"}`` (lm-eval's aggregate metrics, accuracies as fractions, ``perplexity`` as lm-eval
     computes it) and ``provenance`` holds the lm-eval version, each task's :func:`task_config_sha256` and
     lm-eval's own task hash (over its logged document, prompt and target hashes). ``items``: :func:`items_frame`.
@@ -206,6 +217,9 @@ def score_suite(
     for name, task in tasks.items():
         if task.OUTPUT_TYPE not in OUTPUT_TYPES:
             raise ValueError(f"lm-eval task {name!r} is {task.OUTPUT_TYPE!r}; supported: {', '.join(OUTPUT_TYPES)}")
+    if isinstance(suite.limits, Mapping) and (unknown := sorted(set(suite.limits) - set(tasks))):
+        # A misspelt task name would otherwise silently score every document of the task meant.
+        raise ValueError(f"item limits name task(s) {', '.join(unknown)} not in the suite ({', '.join(sorted(tasks))})")
     n_docs = {name: len(task.eval_docs) for name, task in tasks.items()}
     chosen = {name: select_items(n_docs[name], suite.limit_of(name), suite.seed) for name in tasks}
     lm = _harness_model(model, tokenizer, batch_size, max_length)
@@ -247,6 +261,7 @@ def score_suite(
         "convention": CONVENTION,
         "bos_prepended": _bos_prepended(lm),
         "prefix_token_id": int(lm.prefix_token_id),
+        "softmax_dtype": SOFTMAX_DTYPE,
         "seed": suite.seed,
         "provenance": {
             "lm_eval_version": lm_eval.__version__,
