@@ -1,0 +1,237 @@
+"""lm-evaluation-harness tasks as files: offline tasks built from WikiText-2, and the staging of hub tasks.
+
+lm-eval reads a local task from a YAML whose ``dataset_path: json`` and ``dataset_kwargs.data_files`` name JSONL
+files. :func:`write_wikitext_tasks` writes such a directory from the WikiText-2 **validation** split (the data
+here), as two real, non-grammatical measurements over the same items:
+
+``wikitext2_cloze`` (multiple_choice)
+    a sentence-final word cloze: the context is the paragraph up to the last word of one of its sentences (at
+    most ``context_words`` whitespace tokens); the choices are the true word and ``n_distractors`` words drawn,
+    with a seed, from the sentence-final words of the same split (by occurrence, so a distractor is as frequent
+    as a typical answer); chance is ``1 / (n_distractors + 1)``. Metrics: ``acc`` and ``acc_norm``.
+``wikitext2_lastword`` (loglikelihood)
+    LAMBADA-style last-word prediction on the same contexts: log-likelihood of ``" " + word`` and whether it is
+    the greedy continuation (``acc``), with lm-eval's ``perplexity``.
+
+A target word is alphabetic ASCII of at least :data:`MIN_WORD_CHARS` letters followed by `` .`` (WikiText's
+sentence end), with at least :data:`MIN_CONTEXT_WORDS` words before it in its paragraph; headings are skipped.
+The text keeps WikiText's own tokenization (``" @-@ "``, spaced punctuation), as the project's perplexity does.
+
+Hub tasks (:data:`HUB_SUITE`) cannot be fetched on compute nodes; :func:`stage_hub_tasks` runs on the submit host
+with internet and fills a Hugging Face datasets cache that the compute nodes then read offline::
+
+    python -m wneurons.store.lmeval_tasks --cache-dir resources/hf-datasets --out resources/hf-datasets/STAGED.json
+
+and jobs run with ``HF_DATASETS_CACHE=resources/hf-datasets HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1``, so lm-eval
+reads exactly the datasets its own task configs name, from the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from wneurons.store.data import WIKITEXT_VALID
+from wneurons.store.io import atomic_directory, sha256_file, write_json
+
+CLOZE_TASK = "wikitext2_cloze"
+LASTWORD_TASK = "wikitext2_lastword"
+WIKITEXT_TASKS = (CLOZE_TASK, LASTWORD_TASK)
+ITEMS_FILE = "wikitext2_lastword_items.jsonl"
+MIN_WORD_CHARS = 3
+MIN_CONTEXT_WORDS = 8
+# Fields of each JSONL row (one item; both tasks read the same file).
+ITEM_FIELDS = ("context", "answer", "choices", "label", "paragraph", "sentence")
+
+# The standard zero-shot suite of small-LM capability reports (Pythia, SmolLM2, OLMo model cards and the
+# Open LLM Leaderboard v1 all report these): knowledge/reasoning (ARC-Easy), physical commonsense (PIQA),
+# commonsense continuation (HellaSwag), coreference by commonsense (WinoGrande) and long-range last-word
+# prediction (LAMBADA). None is a grammaticality judgement, all are log-likelihood or multiple choice, and a
+# 135M-1.4B model is above chance on each, so a drop under ablation is measurable. Task names are lm-eval's.
+HUB_SUITE: dict[str, str] = {
+    "arc_easy": "allenai/ai2_arc (ARC-Easy), multiple_choice, test split (2,376 questions)",
+    "piqa": "baber/piqa, multiple_choice, validation split (1,838 goals)",
+    "hellaswag": "Rowan/hellaswag, multiple_choice, validation split (10,042 contexts)",
+    "winogrande": "allenai/winogrande (winogrande_xl), multiple_choice, validation split (1,267 sentences)",
+    "lambada_openai": "EleutherAI/lambada_openai (default), loglikelihood, test split (5,153 passages)",
+}
+
+_SENTENCE_END = re.compile(r" ([A-Za-z]+) \.(?= |$)")
+
+
+def _paragraphs(raw_path: str | os.PathLike) -> list[str]:
+    """Body paragraphs of a raw WikiText file (one per non-empty line; ``" = Heading = "`` lines skipped)."""
+    with open(raw_path, encoding="utf-8") as fh:
+        lines = (line.strip() for line in fh)
+        return [line for line in lines if line and not line.startswith("=")]
+
+
+def lastword_items(
+    paragraphs: Sequence[str], *, n_distractors: int = 3, context_words: int = 64, seed: int = 0
+) -> list[dict[str, Any]]:
+    """The cloze / last-word items of ``paragraphs``, in text order: one per sentence-final target word.
+
+    Each item is ``{"context", "answer", "choices", "label", "paragraph", "sentence"}``: the context (the paragraph
+    up to the word, its last ``context_words`` whitespace tokens), the true word, the ``n_distractors + 1``
+    choices with the true word at index ``label``, and where the item comes from (paragraph index, sentence-final
+    occurrence index within it). Distractors are drawn without replacement from all target occurrences of
+    ``paragraphs`` whose word differs (case-insensitively) from the answer, with ``numpy.random.default_rng(seed)``.
+    """
+    if n_distractors < 1 or context_words < MIN_CONTEXT_WORDS:
+        raise ValueError(f"need n_distractors >= 1 and context_words >= {MIN_CONTEXT_WORDS}")
+    found = []
+    for p, text in enumerate(paragraphs):
+        for s, match in enumerate(_SENTENCE_END.finditer(text)):
+            word = match.group(1)
+            before = text[: match.start()].split()
+            if len(word) >= MIN_WORD_CHARS and word.isascii() and len(before) >= MIN_CONTEXT_WORDS:
+                found.append((p, s, word, " ".join(before[-context_words:])))
+    pool = np.array([word for _, _, word, _ in found])
+    lowered = np.char.lower(pool)
+    n_words = len(np.unique(lowered))
+    if n_words <= n_distractors:
+        raise ValueError(f"only {n_words} distinct target words; cannot draw {n_distractors} distractors")
+    rng = np.random.default_rng(seed)
+    items = []
+    for (p, s, word, context), key in zip(found, lowered, strict=True):
+        candidates = np.flatnonzero(lowered != key)
+        distractors: list[str] = []
+        # Draw occurrences until n distinct words (frequent words are drawn often, but kept once).
+        while len(distractors) < n_distractors:
+            pick = str(pool[candidates[rng.integers(candidates.size)]])
+            if pick.lower() not in {d.lower() for d in distractors}:
+                distractors.append(pick)
+        label = int(rng.integers(n_distractors + 1))
+        choices = [*distractors[:label], word, *distractors[label:]]
+        items.append(
+            {"context": context, "answer": word, "choices": choices, "label": label, "paragraph": p, "sentence": s}
+        )
+    return items
+
+
+def _task_yaml(task: str, data_file: Path) -> dict[str, Any]:
+    """lm-eval's config of one WikiText-2 task over ``data_file`` (an absolute path: lm-eval reads it as given)."""
+    common = {
+        "task": task,
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(data_file)}},
+        "test_split": "test",
+        "doc_to_text": "context",
+        "metadata": {"version": 1.0, "source": f"WikiText-2 {WIKITEXT_VALID}, built by wneurons.store.lmeval_tasks"},
+    }
+    if task == CLOZE_TASK:
+        return {
+            **common,
+            "output_type": "multiple_choice",
+            "doc_to_choice": "choices",
+            "doc_to_target": "label",
+            "metric_list": [
+                {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+                {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True},
+            ],
+        }
+    return {
+        **common,
+        "output_type": "loglikelihood",
+        "doc_to_target": "{{' ' + answer}}",
+        "metric_list": [
+            {"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False},
+            {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+        ],
+    }
+
+
+def write_wikitext_tasks(
+    wikitext_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    n_distractors: int = 3,
+    context_words: int = 64,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Write the two WikiText-2 validation tasks (module docstring) into ``out_dir``: one JSONL of items
+    (:data:`ITEMS_FILE`), ``{task}.yaml`` for each of :data:`WIKITEXT_TASKS` and ``SOURCE.json``.
+
+    ``out_dir`` is then an lm-eval ``include_path``. The directory is assembled aside and renamed into place.
+    Returns the provenance written to ``SOURCE.json``: source file and items checksums, settings, item count.
+    """
+    source = Path(wikitext_dir) / WIKITEXT_VALID
+    items = lastword_items(_paragraphs(source), n_distractors=n_distractors, context_words=context_words, seed=seed)
+    final = Path(out_dir).resolve()
+    with atomic_directory(final) as build:
+        with open(build / ITEMS_FILE, "w", encoding="utf-8") as fh:
+            for item in items:
+                fh.write(json.dumps(item, ensure_ascii=False) + "\n")
+        for task in WIKITEXT_TASKS:
+            text = yaml.safe_dump(_task_yaml(task, final / ITEMS_FILE), sort_keys=False, allow_unicode=True)
+            (build / f"{task}.yaml").write_text(text, encoding="utf-8")
+        record = {
+            "tasks": list(WIKITEXT_TASKS),
+            "source": {"file": WIKITEXT_VALID, "sha256": sha256_file(source)},
+            "items_sha256": sha256_file(build / ITEMS_FILE),
+            "n_items": len(items),
+            "n_distractors": n_distractors,
+            "context_words": context_words,
+            "seed": seed,
+        }
+        write_json(build / "SOURCE.json", record)
+    return record
+
+
+def stage_hub_tasks(tasks: Iterable[str] = tuple(HUB_SUITE), out_path: str | os.PathLike | None = None) -> dict:
+    """Load lm-eval ``tasks`` once, so that their datasets land in the Hugging Face datasets cache
+    (``HF_DATASETS_CACHE``, which must be set before this process imports ``datasets``); for the submit host.
+
+    Returns (and writes to ``out_path`` if given) what was staged per task: the dataset lm-eval's config names
+    (path, name, revision), the evaluation split and its size, and each cached split's rows and cache files.
+    """
+    import datasets
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    loaded = TaskManager().load(list(tasks))["tasks"]
+    record: dict[str, Any] = {
+        "lm_eval_version": lm_eval.__version__,
+        "datasets_version": datasets.__version__,
+        "cache_dir": str(datasets.config.HF_DATASETS_CACHE),
+        "tasks": {},
+    }
+    for name, task in sorted(loaded.items()):
+        config = task.config
+        record["tasks"][name] = {
+            "dataset_path": config.dataset_path,
+            "dataset_name": config.dataset_name,
+            "revision": (config.dataset_kwargs or {}).get("revision"),
+            "eval_split": config.test_split or config.validation_split,
+            "n_eval_docs": len(task.eval_docs),
+            "splits": {
+                split: {"num_rows": ds.num_rows, "cache_files": [f["filename"] for f in ds.cache_files]}
+                for split, ds in task.dataset.items()
+            },
+        }
+    if out_path is not None:
+        write_json(out_path, record)
+    return record
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description="Stage lm-eval hub tasks into a datasets cache (needs internet).")
+    parser.add_argument("--cache-dir", required=True, help="the HF datasets cache the compute nodes will read")
+    parser.add_argument("--tasks", nargs="+", default=list(HUB_SUITE), help="lm-eval task names")
+    parser.add_argument("--out", help="where to write the staging record (JSON)")
+    args = parser.parse_args(argv)
+    # datasets reads its cache location when imported, which stage_hub_tasks does after this.
+    os.environ["HF_DATASETS_CACHE"] = str(Path(args.cache_dir).resolve())
+    return stage_hub_tasks(args.tasks, args.out)
+
+
+if __name__ == "__main__":
+    main()
