@@ -429,6 +429,8 @@ def pointed_at(server: HubServer, monkeypatch, home: Path) -> Iterator[HubServer
     monkeypatch.setattr(constants, "HF_HOME", str(home))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
+    # The library fetches a registry from {ENDPOINT}/api/agent-harnesses once a day and caches it under HF_HOME.
+    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(home / ".agent_harnesses.json"), raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)

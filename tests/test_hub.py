@@ -250,6 +250,29 @@ def test_preflight_names_the_unreachable_host_once_and_asks_no_more(server):
     assert GRANTED not in problems[0]
 
 
+def test_preflight_gives_up_after_one_timeout_on_a_hub_that_never_answers(server):
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts connections, never answers
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        problems = hub.preflight(
+            [("a", "tiny/neox", "main"), ("b", "tiny/other", "main")], endpoint=endpoint, timeout=0.5
+        )
+        elapsed = time.monotonic() - started
+    assert len(problems) == 1 and "unreachable" in problems[0] and "Timeout" in problems[0], problems
+    assert elapsed < 1.5, elapsed  # one request timed out; nothing retried, the second repo not asked
+
+
+def test_weight_files_prefers_safetensors_and_follows_the_shard_index():
+    index = {"weight_map": {"a": "model-00002-of-00002.safetensors", "b": "model-00001-of-00002.safetensors"}}
+    sharded = ["model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert hub.weight_files([*sharded, "pytorch_model.bin"], lambda name: index) == sharded  # index, then shards
+    assert hub.weight_files(["pytorch_model.bin", "config.json"], lambda name: index) == ["pytorch_model.bin"]
+    with pytest.raises(hub.StagingError, match="names shards the revision does not have: model-00002"):
+        hub.weight_files(sharded[:2], lambda name: index)
+    with pytest.raises(hub.StagingError, match="no weights"):
+        hub.weight_files(["config.json", "consolidated.safetensors"], lambda name: index)
+
+
 def test_preflight_has_nothing_to_ask_when_everything_is_staged(server, tmp_path):
     hub.stage("tiny/neox", "step0", tmp_path / "step0")
     assert hub.is_staged(tmp_path / "step0", "tiny/neox", "step0")
