@@ -285,7 +285,9 @@ def test_preflight_has_nothing_to_ask_when_everything_is_staged(server, tmp_path
 def test_prune_removes_the_weights_keeps_the_manifest_and_loading_then_refuses(server, tmp_path):
     out = tmp_path / "staged"
     staged = hub.stage("tiny/neox-sharded", "main", out)
+    mtimes = [p.stat().st_mtime_ns for p in (out, out / hub.MANIFEST)]
     pruned = hub.prune(out)
+    assert [p.stat().st_mtime_ns for p in (out, out / hub.MANIFEST)] == mtimes  # Snakemake sees no newer input
     assert pruned["pruned"] is True
     assert pruned["weights_sha256"] == staged["weights_sha256"]
     assert pruned["pruned_bytes"] == sum(staged["files"][n]["size"] for n in pruned["pruned_files"])

@@ -307,9 +307,13 @@ def staged_provenance(staged_dir: str | os.PathLike) -> dict[str, Any]:
 
 def prune(staged_dir: str | os.PathLike) -> dict[str, Any]:
     """Remove a staged revision's weight files (the shard index too); the manifest stays, says ``pruned`` and
-    keeps every digest. Idempotent. Returns the updated manifest, with ``pruned_bytes``."""
+    keeps every digest. Idempotent. Returns the updated manifest, with ``pruned_bytes``.
+
+    The manifest's and the directory's modification times are left as they were: Snakemake reruns the jobs
+    whose inputs are newer than their outputs, and those jobs are exactly the ones that can no longer run."""
     directory = Path(staged_dir)
     manifest = read_manifest(directory)
+    times = {p: p.stat() for p in (directory / MANIFEST, directory)}
     removed = [*manifest["weight_files"], *(n for n in manifest["files"] if n.endswith(".index.json"))]
     if not manifest["pruned"]:
         manifest = {**manifest, "pruned": True, "pruned_files": removed}
@@ -317,6 +321,8 @@ def prune(staged_dir: str | os.PathLike) -> dict[str, Any]:
         io.write_json(directory / MANIFEST, manifest)  # first: killed halfway, the directory already says pruned
     for name in manifest["pruned_files"]:
         (directory / name).unlink(missing_ok=True)
+    for path, st in times.items():
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     return manifest
 
 
