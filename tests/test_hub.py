@@ -18,6 +18,7 @@ from hub_server import HubServer, pointed_at, save_tiny_revision, tiny_tokenizer
 from wneurons.core.dynamics import CheckpointIntegrityError
 from wneurons.lm import hub
 from wneurons.lm.models import load_model, load_staged
+from wneurons.store.io import sha256_files
 
 SEEDS = {"step0": 0, "step1000": 1, "main": 2}
 GRANTED = "hf_granted_secret_0123456789"  # a gated repo's authorized token (never to be printed)
@@ -121,6 +122,8 @@ def test_stage_then_load_with_the_hub_stopped(server, tmp_path, cut_network, rep
         assert len(weights) > 1
         assert "model.safetensors.index.json" in manifest["files"]
     assert manifest["weight_files"] == weights
+    # The weight digest is store.io.sha256_files' over the files on disk, as weight_rows records it today.
+    assert manifest["weights_sha256"] == sha256_files([out / n for n in weights])
     # Exactly what a load needs, and every file's recorded sha256 is the server's.
     assert _staged_files(out) == sorted([hub.MANIFEST, *manifest["files"]])
     assert "pytorch_model.bin" not in manifest["files"] or weights == ["pytorch_model.bin"]
