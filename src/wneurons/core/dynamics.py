@@ -172,6 +172,19 @@ def integrity_problems(hashes: Mapping[str, str], final_revision: str) -> list[s
     return problems
 
 
+def integrity_drops(hashes: Mapping[str, str], final_revision: str) -> list[str]:
+    """The revisions the gate's drop mode removes, by step: of every group with identical weights, all but the
+    final revision when the group has it, else all but the earliest step."""
+    groups: dict[str, list[str]] = {}
+    for revision, digest in hashes.items():
+        groups.setdefault(digest, []).append(revision)
+    dropped = []
+    for members in groups.values():
+        keep = final_revision if final_revision in members else min(members, key=step_of)
+        dropped += [m for m in members if m != keep]
+    return by_step(dropped)
+
+
 def check_integrity(hashes: Mapping[str, str], final_revision: str) -> None:
     """Raise :class:`CheckpointIntegrityError` naming every group of checkpoints with identical weights."""
     problems = integrity_problems(hashes, final_revision)

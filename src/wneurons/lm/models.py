@@ -37,6 +37,7 @@ __all__ = [
     "convert_gguf_wheel",
     "hub_weights",
     "load_model",
+    "load_staged",
     "tokenizer_adds_bos",
 ]
 
@@ -93,6 +94,21 @@ def load_model(
         return _load_model(hub_id, revision, local_path, dtype, device)
 
 
+def load_staged(
+    staged_dir: str | os.PathLike, *, dtype: str = "float32", device: str | torch.device = "cpu"
+) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+    """Load ``(model, tokenizer, provenance)`` from a staged hub revision (:func:`wneurons.lm.hub.stage`) with the
+    hub turned off: every file is read locally (``local_files_only``), no connection is opened. The manifest is
+    checked first (a missing, incomplete or pruned staging is a StagingError); ``provenance`` is
+    :func:`wneurons.lm.hub.staged_provenance` (hub id, revision, the commit it resolved to, weight digest)."""
+    from wneurons.lm.hub import staged_provenance, verify_staged
+
+    verify_staged(staged_dir)
+    with LOADING:
+        model, tokenizer = _load_model(None, "main", staged_dir, dtype, device, local_files_only=True)
+    return model, tokenizer, staged_provenance(staged_dir)
+
+
 def job_device() -> str:
     """Where a job's model runs: ``$WNEURONS_DEVICE`` if set, else the GPU when torch sees one (a SLURM job gets
     one with ``gpu=1``), else the CPU."""
@@ -104,11 +120,20 @@ def load_tokenizer(source: str, revision: str | None = None) -> Any:
     with LOADING:
         from transformers import AutoTokenizer
 
+        _no_conversion_requests()
         return AutoTokenizer.from_pretrained(source, **({"revision": revision} if revision else {}))
 
 
-def _load_model(hub_id, revision, local_path, dtype, device) -> tuple[torch.nn.Module, Any]:
+def _no_conversion_requests() -> None:
+    # For a .bin-only hub revision transformers starts a background request to an external safetensors
+    # conversion service, carrying the user's token on the real hub; this variable stops it (process-wide).
+    os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "1"
+
+
+def _load_model(hub_id, revision, local_path, dtype, device, local_files_only=False) -> tuple[torch.nn.Module, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    _no_conversion_requests()
 
     if (hub_id is None) == (local_path is None):
         raise ValueError("load_model: give exactly one of hub_id or local_path")
@@ -117,6 +142,8 @@ def _load_model(hub_id, revision, local_path, dtype, device) -> tuple[torch.nn.M
     torch_dtype = _torch_dtype(dtype)
     source = hub_id if hub_id is not None else str(local_path)
     kwargs = {"revision": revision} if hub_id is not None else {}
+    if local_files_only:
+        kwargs["local_files_only"] = True
     name = f"{source}@{revision}" if hub_id is not None else source
 
     config = AutoConfig.from_pretrained(source, **kwargs)

@@ -2,7 +2,9 @@
 
 Every file this package writes goes through :func:`atomic_output`: the content is written to a temporary file
 in the same directory and renamed over the target only once complete, so a job killed mid-write never leaves a
-file that looks finished (Snakemake would otherwise take it as done on resume).
+file that looks finished (Snakemake would otherwise take it as done on resume). Files and directories are
+created with the user's umask (``tempfile.mkstemp`` / ``mkdtemp`` would give 0600 / 0700, and collaborators in a
+shared project directory could not read the results).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import hashlib
 import json
 import os
 import platform
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,18 +23,36 @@ from typing import Any
 from wneurons import __version__
 
 
+def _new_temporary(parent: Path, prefix: str, suffix: str, *, directory: bool = False) -> Path:
+    """A new, uniquely named empty file (or directory) in ``parent``, created as ``open`` and ``mkdir`` create
+    them: mode 0666 (0777) less the umask. Creating it with that mode, rather than reading the umask, is what
+    keeps this thread-safe (``os.umask`` sets the process-wide mask to read it)."""
+    for _ in range(100):
+        candidate = parent / f"{prefix}{secrets.token_hex(4)}{suffix}"
+        try:
+            if directory:
+                candidate.mkdir(mode=0o777)
+            else:
+                os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"no unused temporary name {prefix}*{suffix} in {parent}")
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it to ``path`` if the block succeeds, else delete it."""
+    """Yield a temporary path beside ``path``; rename it to ``path`` if the block succeeds, else delete it.
+
+    The temporary file exists (empty) when the block starts, with the user's umask applied to mode 0666; writers
+    that open it for writing keep that mode."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # A job killed mid-write (kill -9, OOM) leaves its temporary file behind; only one job ever writes a given
     # output, so earlier leftovers of this very target are stale and can go.
     for stale in path.parent.glob(f".{path.name}.*.tmp"):
         stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = _new_temporary(path.parent, f".{path.name}.", suffix + ".tmp")
     try:
         yield tmp_path
         os.replace(tmp_path, path)
@@ -41,25 +61,33 @@ def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
         raise
 
 
+def replace_directory(source: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Rename the directory ``source`` to ``path``, replacing what is there (a directory cannot be renamed over
+    a non-empty one: the old one is moved aside first, then removed). ``source`` must be on ``path``'s file
+    system, e.g. a sibling."""
+    source, path = Path(source), Path(path)
+    if path.exists():
+        old = _new_temporary(path.parent, f".{path.name}.", ".old", directory=True)
+        os.replace(path, old / path.name)
+        os.replace(source, path)
+        shutil.rmtree(old)
+    else:
+        os.replace(source, path)
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary sibling directory of ``path``; on success it replaces ``path``, else it is removed.
 
-    The directory counterpart of :func:`atomic_output` (activation shards, converted models, fetched data sets).
+    The directory counterpart of :func:`atomic_output` (activation shards, converted models, fetched data sets);
+    the directory has mode 0777 less the user's umask.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = _new_temporary(path.parent, f".{path.name}.", ".tmp", directory=True)
     try:
         yield tmp
-        if path.exists():
-            # A directory cannot be renamed over a non-empty one: move the old one aside first.
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
-            os.replace(tmp, path)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, path)
+        replace_directory(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
