@@ -404,3 +404,25 @@ def test_restricted_layers_collect_only_those_and_stop_after_the_last(tiny_model
     assert table.equals(reference)
     with pytest.raises(ValueError, match="layers"):
         collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "bad", layers=[3], **kwargs)
+
+
+def test_collection_and_statistics_are_bit_reproducible(tiny_model, tmp_path, monkeypatch):
+    # Two collections of the same model (torch on 1 and on 2 threads) write the same bytes, and the statistics of
+    # those shards are the same bits for any neuron chunking and any number of reader threads. MD's weighted sum
+    # went through BLAS, whose gemv summed a row in an order that depended on the chunk's row count.
+    model, dirs, before = tiny_model("llama"), [], torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            dirs.append(tmp_path / f"t{threads}")
+            collect_activation_shards(model, CharTokenizer(), TEXT, dirs[-1], window=WINDOW, md_tokens=60, batch_size=3)
+    finally:
+        torch.set_num_threads(before)
+    files = sorted(p.name for p in dirs[0].glob("*.npy"))
+    assert files and all((dirs[0] / f).read_bytes() == (dirs[1] / f).read_bytes() for f in files)
+    tables = []
+    for threads, chunk in ((1, 96), (3, 7), (2, 1)):
+        monkeypatch.setattr(torch, "get_num_threads", lambda threads=threads: threads)
+        tables.append(stats.neuron_statistics(dirs[0], wd_method="both", md_pairs=30, chunk_neurons=chunk))
+    assert tables[0]["md"].is_not_nan().all()
+    assert all(table.equals(tables[0]) for table in tables[1:])
