@@ -38,6 +38,7 @@ from scipy import special
 
 from wneurons.core import wd_kernels
 from wneurons.core.pairs import input_distances
+from wneurons.store.shards import ShardIndex
 
 log = logging.getLogger(__name__)
 
@@ -419,9 +420,6 @@ def neuron_statistics(
     together: peak memory is one chunk of the shard (``chunk_neurons * N`` values), the kernels' 65,536 counters
     and per-run arrays per thread, and the quantile grid (``6 * 8 * N`` bytes), independent of depth and width.
     """
-    # Imported here: activations pulls in the model stack, and the pure functions above must not need it.
-    from wneurons.lm.activations import ShardIndex
-
     if wd_method not in WD_METHODS:
         raise ValueError(f"wd_method must be one of {WD_METHODS}, got {wd_method!r}")
     index = ShardIndex.load(shard_dir)
@@ -455,16 +453,14 @@ def neuron_statistics(
 
     # One pool for all layers, and layer L+1's tasks queued before layer L's results are collected: the workers
     # never wait for the main thread's per-layer setup and table building. At most two layers are in flight.
-    # Shards written with O_DIRECT are read from the device, not the page cache: two more threads than cores keep
-    # the cores busy while reads wait (measured on 2 cores: 1.9 s with 2 threads, 1.7 s with 4).
+    # The shard store says how many reader threads keep the cores busy (more for O_DIRECT shards).
     in_flight: deque[tuple[int, int, list[Future]]] = deque()
 
     def finish_oldest() -> None:
         layer, n_neurons, futures = in_flight.popleft()
         frames.append(table(layer, n_neurons, _gather(futures)))
 
-    threads = max(1, torch.get_num_threads()) + (2 if index.meta.get("io") == "direct" else 0)
-    with ThreadPoolExecutor(threads) as pool:
+    with ThreadPoolExecutor(index.reader_threads(torch.get_num_threads())) as pool:
         for layer in index.layers if layers is None else layers:
             n_neurons, n_tokens = index.y_blocks(layer).shape[1], index.n_tokens  # checks the layer and the file
             pairs = None

@@ -140,10 +140,11 @@ def _data_provenance(data_dir: str) -> dict:
 
 
 # ---------------------------------------------------------------- neuron statistics
-def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, io: str = "auto") -> dict:
+def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict) -> dict:
     """Run the model over WikiText-2 test and cache every layer's pre-activations as shards in ``out_dir``;
-    ``io``: how they are written (``neurons.shard_io``). Each window starts with a BOS when the model entry's
-    ``window_bos`` (or its family's default) says so; index.json records the choice, its reason and the family."""
+    ``params["shard_io"]``: how they are written (``neurons.shard_io``). Each window starts with a BOS when the
+    model entry's ``window_bos`` (or its family's default) says so; index.json records the choice, its reason and
+    the family."""
     from wneurons.lm.activations import collect_activation_shards
     from wneurons.store.data import load_wikitext
 
@@ -161,7 +162,7 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
             md_tokens=params["md_tokens"],
             seed=params["seed"],
             dtype=params["shard_dtype"],
-            io=io,
+            io=params["shard_io"],
             model_name=spec["name"],
             window_bos=window_bos,
             record={"family": model.config.model_type, "window_bos_reason": reason},
