@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import INTERMEDIATE, N_LAYERS, TINY_FAMILIES, VOCAB, build_tiny_model
+from test_registry import activation_modules
 
 from wneurons.lm.ablation import MODES, clamp_negative_preactivations
-from wneurons.lm.registry import activation_modules, family_spec, preactivation_modules
+from wneurons.lm.registry import family_spec, preactivation_modules
 
 
 def _input_ids(seed: int = 0) -> torch.Tensor:
