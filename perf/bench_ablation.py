@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from wneurons.lm.ablation import clamp_negative_preactivations
+from wneurons.lm.hooks import preactivation_hooks
 from wneurons.lm.models import convert_gguf_wheel, load_model
 from wneurons.lm.registry import preactivation_modules, projection_weight
 
@@ -51,17 +52,16 @@ def _hook_seconds(model: torch.nn.Module, ids: torch.Tensor, neurons: dict, forw
         spent.append(time.perf_counter() - starts[id(module)])
 
     per_forward = []
-    handles = [modules[layer].register_forward_hook(start) for layer in neurons]
-    try:
-        with clamp_negative_preactivations(model, neurons, mode="negative"):
-            handles += [modules[layer].register_forward_hook(stop) for layer in neurons]
-            for _ in range(forwards):
-                spent.clear()
-                _timed_forward(model, ids)
-                per_forward.append(sum(spent))
-    finally:
-        for handle in handles:
-            handle.remove()
+    # Hooks run in the order they were attached: start, the clamp, stop.
+    with (
+        preactivation_hooks(model, dict.fromkeys(neurons, start), modules=modules),
+        clamp_negative_preactivations(model, neurons, mode="negative"),
+        preactivation_hooks(model, dict.fromkeys(neurons, stop), modules=modules),
+    ):
+        for _ in range(forwards):
+            spent.clear()
+            _timed_forward(model, ids)
+            per_forward.append(sum(spent))
     return statistics.median(per_forward)
 
 

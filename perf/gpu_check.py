@@ -72,7 +72,7 @@ def main() -> None:
     from wneurons.core.stats import neuron_statistics
     from wneurons.lm.ablation import clamp_negative_preactivations
     from wneurons.lm.activations import collect_activation_shards
-    from wneurons.lm.scoring import _batched_logprob_sums, perplexity
+    from wneurons.lm.scoring import batched_logprob_sums, perplexity
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -122,7 +122,7 @@ def main() -> None:
 
     def blimp() -> float:
         start = time.perf_counter()
-        _batched_logprob_sums(model, flat, offsets, batch_size=args.batch_size, progress=None)
+        batched_logprob_sums(model, flat, offsets, batch_size=args.batch_size, progress=None)
         sync()
         return time.perf_counter() - start
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wneurons.lm.scoring import _batched_logprob_sums, _model_device, _padded_rows, _target_logprobs, _tokenize
+from wneurons.lm.scoring import batched_logprob_sums, model_device, padded_rows, target_logprobs, tokenize
 
 # Sequences that share at least this many leading tokens (the context token included) are scored from one prefix.
 _MIN_SHARED_PREFIX = 2
@@ -93,7 +93,7 @@ def shared_prefix_sums(
     batch_size: int,
     fed: list[int] | None = None,
 ) -> np.ndarray:
-    """Same as :func:`wneurons.lm.scoring._batched_logprob_sums`, feeding a prefix shared by several sequences once.
+    """Same as :func:`wneurons.lm.scoring.batched_logprob_sums`, feeding a prefix shared by several sequences once.
 
     Minimal pairs mostly differ near their end (BLiMP's two sentences share 3.7 of 9.9 tokens), so each group of
     :func:`prefix_groups` is scored in two forwards: its prefix, whose key/value cache and log-probs serve every
@@ -108,14 +108,14 @@ def shared_prefix_sums(
     # Longest prefix first (memory peak at once, neighbours of similar length); groups chunked to about batch_size
     # sequences per forward.
     group_order = np.argsort(-prefixes, kind="stable")
-    device = _model_device(model)
+    device = model_device(model)
     cache_name = cache_argument(model)
     with torch.inference_mode():
         for lo, hi in chunks(group_sizes[group_order], batch_size):
             groups = group_order[lo:hi]
             prefix = prefixes[groups]
             # The prefix forward: positions 0 .. prefix-1 of the group's first member.
-            ids_t = torch.from_numpy(_padded_rows(flat, offsets[members[group_starts[groups]]], prefix)).to(device)
+            ids_t = torch.from_numpy(padded_rows(flat, offsets[members[group_starts[groups]]], prefix)).to(device)
             width = ids_t.shape[1]
             prefix_valid = torch.from_numpy(np.arange(width)[None, :] < prefix[:, None]).to(device)
             member_idx = np.concatenate([members[group_starts[g] : group_starts[g + 1]] for g in groups])
@@ -126,14 +126,14 @@ def shared_prefix_sums(
             out = model(input_ids=ids_t, attention_mask=prefix_valid.long(), use_cache=bool(has_suffix.any()))
             logits = out.logits
             # Tokens 1 .. prefix-1: shared by every member of the group.
-            shared = _target_logprobs(logits[:, :-1], ids_t[:, 1:]).double()
+            shared = target_logprobs(logits[:, :-1], ids_t[:, 1:]).double()
             shared = shared.masked_fill(~prefix_valid[:, 1:], 0.0).sum(dim=1).cpu().numpy()
             # Each member's token at position `prefix`, predicted by the prefix's last position.
             last = torch.from_numpy(prefix - 1).to(device)
             member_group_t = torch.from_numpy(member_group).to(device)
             next_token = torch.from_numpy(flat[offsets[member_idx] + prefix[member_group]]).to(device)
             last_logits = logits[member_group_t, last[member_group_t]]
-            first_own = _target_logprobs(last_logits[:, None, :], next_token[:, None])[:, 0].double().cpu().numpy()
+            first_own = target_logprobs(last_logits[:, None, :], next_token[:, None])[:, 0].double().cpu().numpy()
             totals = shared[member_group] + first_own
             if has_suffix.any():
                 # Members' own endings: tokens prefix .. L-2 fed after the group's cache, predicting prefix+1 .. L-1.
@@ -141,7 +141,7 @@ def shared_prefix_sums(
                 seq, grp = member_idx[rows_s], member_group[rows_s]
                 start = prefix[grp]
                 suffix_len = lengths[seq] - start  # tokens from `prefix` to the end; the last one is not fed
-                s_ids_t = torch.from_numpy(_padded_rows(flat, offsets[seq] + start, suffix_len)).to(device)
+                s_ids_t = torch.from_numpy(padded_rows(flat, offsets[seq] + start, suffix_len)).to(device)
                 s_cols = np.arange(s_ids_t.shape[1])
                 s_valid = torch.from_numpy(s_cols[None, 1:] < suffix_len[:, None]).to(device)
                 grp_t = torch.from_numpy(grp).to(device)
@@ -158,7 +158,7 @@ def shared_prefix_sums(
                     use_cache=False,
                     **{cache_name: cache},
                 ).logits
-                own = _target_logprobs(s_logits, s_ids_t[:, 1:]).double().masked_fill(~s_valid, 0.0).sum(dim=1)
+                own = target_logprobs(s_logits, s_ids_t[:, 1:]).double().masked_fill(~s_valid, 0.0).sum(dim=1)
                 totals[rows_s] += own.cpu().numpy()
             sums[member_idx] = totals
     return sums
@@ -213,7 +213,7 @@ def main() -> None:
     model, tokenizer = load_model(local_path=args.model_dir, dtype="float32")
     pairs = load_blimp(args.data_dir).group_by("paradigm", maintain_order=True).head(args.n_pairs)
     texts = list(dict.fromkeys(pairs["sentence_good"].to_list() + pairs["sentence_bad"].to_list()))
-    flat, offsets, _ = _tokenize(tokenizer, texts, "harness")
+    flat, offsets, _ = tokenize(tokenizer, texts, "harness")
     members, starts, prefixes = prefix_groups(flat, offsets)
     useful_plain = int((offsets[1:] - offsets[:-1] - 1).sum())
     print(
@@ -222,7 +222,7 @@ def main() -> None:
     )
     fed: list[int] = []
     start = time.perf_counter()
-    plain = _batched_logprob_sums(model, flat, offsets, batch_size=args.batch_size, progress=None)
+    plain = batched_logprob_sums(model, flat, offsets, batch_size=args.batch_size, progress=None)
     plain_s = time.perf_counter() - start
     start = time.perf_counter()
     shared = shared_prefix_sums(model, flat, offsets, batch_size=args.batch_size, fed=fed)

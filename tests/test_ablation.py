@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import INTERMEDIATE, N_LAYERS, TINY_FAMILIES, VOCAB, build_tiny_model
+from test_registry import activation_modules
 
 from wneurons.lm.ablation import MODES, clamp_negative_preactivations
-from wneurons.lm.registry import activation_modules, family_spec, preactivation_modules
+from wneurons.lm.registry import family_spec, preactivation_modules
 
 
 def _input_ids(seed: int = 0) -> torch.Tensor:
@@ -163,4 +164,31 @@ def test_bad_input_is_rejected_before_any_hook(neurons, mode, error, pattern):
     with pytest.raises(error, match=pattern):
         with clamp_negative_preactivations(model, {0: [2], **neurons}, mode=mode):
             pass
+    assert _hook_count(model) == baseline
+
+
+def test_the_one_hook_owner_detaches_on_exceptions_and_stops_forwards():
+    from wneurons.lm.hooks import StopForward, forward_until_stopped, preactivation_hooks
+
+    model = build_tiny_model("llama")
+    baseline, seen = _hook_count(model), []
+
+    def record(layer):
+        def hook(_module, _inputs, output):
+            seen.append(layer)
+            if layer == 1:
+                raise StopForward
+
+        return hook
+
+    with preactivation_hooks(model, {0: record(0), 1: [record(1)], 2: record(2)}) as modules:
+        assert list(modules) == preactivation_modules(model) and _hook_count(model) == baseline + N_LAYERS
+        forward_until_stopped(model, input_ids=_input_ids())
+    assert seen == [0, 1] and _hook_count(model) == baseline  # layer 2 never ran
+    with pytest.raises(RuntimeError, match="boom"), preactivation_hooks(model, {0: record(0)}):
+        raise RuntimeError("boom")
+    assert _hook_count(model) == baseline
+    # a failure while attaching (here: no module 7) detaches the hooks already attached
+    with pytest.raises(IndexError), preactivation_hooks(model, {0: record(0), 7: record(7)}):
+        pass
     assert _hook_count(model) == baseline

@@ -13,7 +13,9 @@ import torch
 
 from wneurons.core import stats
 from wneurons.lm import registry
-from wneurons.lm.activations import ShardIndex, collect_activation_shards, load_layer
+from wneurons.lm.activations import collect_activation_shards
+from wneurons.store import shards
+from wneurons.store.shards import ShardIndex
 
 WINDOW = 16
 TEXT = "The keys to the cabinet are on the table, and the dogs that bark never bite. " * 6
@@ -27,6 +29,12 @@ class CharTokenizer:
     def __call__(self, text: str, add_special_tokens: bool = True, verbose: bool = True) -> dict:
         assert not add_special_tokens, "the collector must not add special tokens"
         return {"input_ids": [3 + ord(ch) % 190 for ch in text]}
+
+
+def load_layer(shard_dir, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(y [N, K], x_md [md_tokens, d_in])`` of one layer, through the shard store's reader."""
+    index = ShardIndex.load(shard_dir)
+    return index.y(layer), index.x_md(layer)
 
 
 def _direct_forward(
@@ -159,6 +167,8 @@ def test_failure_mid_collect_leaves_no_directory(tiny_model, tmp_path):
         collect_activation_shards(model, CharTokenizer(), TEXT, out, window=WINDOW, md_tokens=10)
     assert len(calls) == 3
     assert list(tmp_path.iterdir()) == []
+    # the collector's hooks are gone, the test's own remains
+    assert [len(m._forward_hooks) for m in registry.preactivation_modules(model)] == [0, 1, 0]
 
 
 def test_nan_activation_names_model_and_layer(tiny_model, tmp_path):
@@ -266,12 +276,10 @@ def test_statistics_from_float16_window_blocks_equal_the_public_functions(tiny_m
 def test_a_failed_shard_write_surfaces_and_leaves_nothing(tiny_model, tmp_path, monkeypatch):
     import errno
 
-    from wneurons.lm import activations
-
     def disk_full(fd, data, position):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(activations.os, "pwrite", disk_full)
+    monkeypatch.setattr(os, "pwrite", disk_full)
     with pytest.raises(OSError, match="writing activation shards in .* failed") as info:
         collect_activation_shards(
             tiny_model("llama"), CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, md_tokens=10
@@ -297,7 +305,7 @@ def test_device_and_cpu_block_paths_write_the_same_bytes(tmp_path, dtype):
         fd = shard_io.open_direct(path, os.O_WRONLY) if direct else os.open(path, os.O_WRONLY)
         assert fd is not None, f"no O_DIRECT on {tmp_path}"
         staging = shard_io.aligned_empty((block.nbytes + 4096,), np.uint8) if direct else None
-        activations._write_block(fd, block, transposed, 4096, staging)
+        shards.write_block(fd, block, transposed, 4096, staging)
         os.close(fd)
         files.append(path.read_bytes())
     data = [contents[4096:] for contents in files]
@@ -308,16 +316,14 @@ def test_device_and_cpu_block_paths_write_the_same_bytes(tmp_path, dtype):
 
 def test_direct_and_buffered_shards_hold_the_same_values(tiny_model, tmp_path, monkeypatch):
     # window 128 x 96 neurons x 2 bytes = 24 KiB per window block: aligned, so "auto" writes with O_DIRECT.
-    from wneurons.lm import activations
-
-    direct_reads, real_open_direct = [], activations.open_direct
+    direct_reads, real_open_direct = [], shards.open_direct
 
     def recording_open_direct(path, flags):
         if flags == os.O_RDONLY:
             direct_reads.append(path.parent.name)
         return real_open_direct(path, flags)
 
-    monkeypatch.setattr(activations, "open_direct", recording_open_direct)
+    monkeypatch.setattr(shards, "open_direct", recording_open_direct)
     model, tables, ys = tiny_model("llama"), {}, {}
     for io in ("auto", "buffered"):
         out = tmp_path / io
@@ -338,8 +344,6 @@ def test_direct_and_buffered_shards_hold_the_same_values(tiny_model, tmp_path, m
 
 
 def test_direct_io_where_it_is_impossible(tiny_model, tmp_path, monkeypatch):
-    from wneurons.lm import activations
-
     model = tiny_model("llama")
     with pytest.raises(ValueError, match=r"shard io 'direct': .*\(3072 bytes\) is not a multiple of 4096"):
         collect_activation_shards(
@@ -351,7 +355,7 @@ def test_direct_io_where_it_is_impossible(tiny_model, tmp_path, monkeypatch):
     meta = collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "s", window=WINDOW, md_tokens=10)
     assert meta["io"] == "buffered" and "not a multiple of 4096" in meta["io_reason"]
 
-    monkeypatch.setattr(activations, "open_direct", lambda path, flags: None)  # as on tmpfs before Linux 6.6
+    monkeypatch.setattr(shards, "open_direct", lambda path, flags: None)  # as on tmpfs before Linux 6.6
     with pytest.raises(ValueError, match="does not support O_DIRECT"):
         collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "t", window=128, md_tokens=10, io="direct")
     meta = collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "t", window=128, md_tokens=10)
@@ -359,9 +363,7 @@ def test_direct_io_where_it_is_impossible(tiny_model, tmp_path, monkeypatch):
 
 
 def test_a_failure_while_creating_the_shard_files_closes_what_was_opened(tiny_model, tmp_path, monkeypatch):
-    from wneurons.lm import activations
-
-    created, real_create = [], activations.create_npy
+    created, real_create = [], shards.create_npy
 
     def create_then_fail(path, dtype, shape):
         if len(created) == 3:  # layer 0's y and x, layer 1's y: then the disk is full
@@ -369,7 +371,7 @@ def test_a_failure_while_creating_the_shard_files_closes_what_was_opened(tiny_mo
         created.append(path)
         return real_create(path, dtype, shape)
 
-    monkeypatch.setattr(activations, "create_npy", create_then_fail)
+    monkeypatch.setattr(shards, "create_npy", create_then_fail)
     before = set(os.listdir("/proc/self/fd"))
     with pytest.raises(OSError, match="No space left"):
         collect_activation_shards(
@@ -404,3 +406,25 @@ def test_restricted_layers_collect_only_those_and_stop_after_the_last(tiny_model
     assert table.equals(reference)
     with pytest.raises(ValueError, match="layers"):
         collect_activation_shards(model, CharTokenizer(), TEXT, tmp_path / "bad", layers=[3], **kwargs)
+
+
+def test_collection_and_statistics_are_bit_reproducible(tiny_model, tmp_path, monkeypatch):
+    # Two collections of the same model (torch on 1 and on 2 threads) write the same bytes, and the statistics of
+    # those shards are the same bits for any neuron chunking and any number of reader threads. MD's weighted sum
+    # went through BLAS, whose gemv summed a row in an order that depended on the chunk's row count.
+    model, dirs, before = tiny_model("llama"), [], torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            dirs.append(tmp_path / f"t{threads}")
+            collect_activation_shards(model, CharTokenizer(), TEXT, dirs[-1], window=WINDOW, md_tokens=60, batch_size=3)
+    finally:
+        torch.set_num_threads(before)
+    files = sorted(p.name for p in dirs[0].glob("*.npy"))
+    assert files and all((dirs[0] / f).read_bytes() == (dirs[1] / f).read_bytes() for f in files)
+    tables = []
+    for threads, chunk in ((1, 96), (3, 7), (2, 1)):
+        monkeypatch.setattr(torch, "get_num_threads", lambda threads=threads: threads)
+        tables.append(stats.neuron_statistics(dirs[0], wd_method="both", md_pairs=30, chunk_neurons=chunk))
+    assert tables[0]["md"].is_not_nan().all()
+    assert all(table.equals(tables[0]) for table in tables[1:])

@@ -146,3 +146,16 @@ def test_projection_rows_equal_the_full_forward_at_those_positions(tiny_model, f
         np.testing.assert_allclose(x, fx[rows_of_fed], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(y, fy[rows_of_fed], rtol=1e-5, atol=1e-6)
     assert all(not m._forward_hooks for m in modules)  # hooks detached
+
+
+def test_projection_rows_with_a_nan_name_the_layer_and_detach_every_hook(tiny_model):
+    model = tiny_model("llama")
+    modules = preactivation_modules(model)
+    windows = torch.randint(3, 200, (2, 16), generator=torch.Generator().manual_seed(0))
+    poison = modules[1].register_forward_pre_hook(lambda mod, args: (args[0] * float("nan"),))
+    try:
+        with pytest.raises(FloatingPointError, match="layer 1 projection rows contain NaN"):
+            collect_projection_rows(model, windows, np.array([3, 20]))
+    finally:
+        poison.remove()
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in modules)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from wneurons.lm.ablation import clamp_negative_preactivations
-from wneurons.lm.scoring import _batched_logprob_sums
+from wneurons.lm.scoring import batched_logprob_sums
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("prefix_sharing", REPO / "perf" / "prefix_sharing.py")
@@ -62,7 +62,7 @@ def test_prefix_groups_partition_the_sequences_and_share_their_prefix():
 def test_shared_prefix_scoring_equals_whole_sequences(tiny_model, family, batch_size):
     model = tiny_model(family)
     flat, offsets = _sequences_with_shared_prefixes()
-    whole = _batched_logprob_sums(model, flat, offsets, batch_size=batch_size, progress=None)
+    whole = batched_logprob_sums(model, flat, offsets, batch_size=batch_size, progress=None)
     shared = prefix_sharing.shared_prefix_sums(model, flat, offsets, batch_size=batch_size)
     np.testing.assert_allclose(shared, whole, rtol=1e-5, atol=1e-4)
 
@@ -72,8 +72,8 @@ def test_shared_prefix_scoring_equals_whole_sequences_under_a_clamp(tiny_model):
     flat, offsets = _sequences_with_shared_prefixes(seed=1)
     neurons = {layer: np.arange(0, 96, 3) for layer in range(3)}
     with clamp_negative_preactivations(model, neurons):
-        whole = _batched_logprob_sums(model, flat, offsets, batch_size=8, progress=None)
+        whole = batched_logprob_sums(model, flat, offsets, batch_size=8, progress=None)
         shared = prefix_sharing.shared_prefix_sums(model, flat, offsets, batch_size=8)
-    clean = _batched_logprob_sums(model, flat, offsets, batch_size=8, progress=None)
+    clean = batched_logprob_sums(model, flat, offsets, batch_size=8, progress=None)
     np.testing.assert_allclose(shared, whole, rtol=1e-5, atol=1e-4)
     assert np.abs(whole - clean).max() > 1e-3, "the clamp changed nothing: the comparison proves nothing"

@@ -48,3 +48,12 @@ def test_direct_write_and_read_round_trip(tmp_path):
     with pytest.raises(OSError, match="file ends at byte"):
         shard_io.pread_into(fd, back, 12288, path)
     os.close(fd)
+
+
+def test_the_shard_store_sizes_the_reader_pool_from_how_the_shards_were_written(tmp_path):
+    from wneurons.store.shards import DIRECT_EXTRA_READERS, ShardIndex
+
+    for io, extra in (("direct", DIRECT_EXTRA_READERS), ("buffered", 0)):
+        index = ShardIndex(tmp_path, {"io": io})
+        assert index.direct == (io == "direct")
+        assert index.reader_threads(2) == 2 + extra and index.reader_threads(0) == 1 + extra

@@ -309,3 +309,77 @@ def test_nan_or_inf_input_is_named():
     y[7, 2] = np.inf
     with pytest.raises(ValueError, match="NaN or inf"):
         stats.wasserstein_distance_to_normal(y)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bit reproducibility: one fixed summation order, whatever compiled the kernel and however the work is split
+# ---------------------------------------------------------------------------------------------------------------
+def _lane_sum_reference(terms: np.ndarray) -> float:
+    """wd_kernels' documented order: LANES partial sums (element i to lane i % LANES), (s0 + s1) + (s2 + s3),
+    then the tail in order; written independently, one IEEE add at a time."""
+    from wneurons.core import wd_kernels
+
+    lanes, body = wd_kernels.LANES, terms.size - terms.size % wd_kernels.LANES
+    partial = [0.0] * lanes
+    for i in range(body):
+        partial[i % lanes] += float(terms[i])
+    total = (partial[0] + partial[1]) + (partial[2] + partial[3])
+    for value in terms[body:]:
+        total += float(value)
+    return total
+
+
+@pytest.mark.parametrize("n", [1_003, 16_384])
+def test_sums_run_in_the_documented_order_in_every_compile_context(n):
+    # With fastmath "reassoc" LLVM picked the order of these sums itself, differently for the kernel called alone
+    # and from the block kernels (and for a fresh compile against numba's cache): the same values gave moments and
+    # WD that moved in the last bits. Every context must now give the same bits, and mean / std those of the
+    # documented order.
+    from wneurons.core import wd_kernels
+
+    rng = np.random.default_rng(n)
+    y16 = (rng.standard_normal((3, n)) * 1.3 + 0.2).astype(np.float16)
+    y16[2] = np.abs(y16[2])  # an all-positive neuron: the negative part is empty
+    values = np.sort(y16.astype(np.float64), axis=1)
+    g = stats._QuantileGrid.for_n(n)
+    gauss = stats.sorted_gaussian_sample(n, 0)
+    alone = np.empty((3, wd_kernels.N_COLUMNS))
+    for row in range(3):
+        wd_kernels._order_statistics(values[row], g.bin_mean, g.q_lo, g.q_hi, g.g_lo, g.g_hi, gauss, alone[row])
+    from_float64 = np.empty_like(alone)
+    wd_kernels.sorted_block(values, g.bin_mean, g.q_lo, g.q_hi, g.g_lo, g.g_hi, gauss, from_float64)
+    keys = wd_kernels.float16_keys(y16)
+    keys.sort(axis=-1, kind="stable")
+    from_float16 = np.empty_like(alone)
+    gauss_prefix = np.concatenate([[0.0], np.cumsum(gauss)])
+    args = (g.bin_mean, g.prefix, g.q_lo, g.q_hi, g.g_lo, g.g_hi, gauss, gauss_prefix, from_float16)
+    wd_kernels.float16_block(keys, True, wd_kernels.KEY_VALUES, *args)
+    np.testing.assert_array_equal(from_float64, alone)
+    np.testing.assert_array_equal(from_float16, alone)
+    for row in range(3):
+        mean = _lane_sum_reference(values[row]) / n
+        assert alone[row, wd_kernels.MEAN] == mean
+        assert alone[row, wd_kernels.STD] == np.sqrt(_lane_sum_reference((values[row] - mean) ** 2) / n)
+
+
+def test_statistics_are_the_same_bits_from_a_fresh_compile_and_from_numba_cache(tmp_path):
+    # The first process compiles the kernels into an empty cache, the second loads them from it.
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import hashlib, numpy as np\n"
+        "from wneurons.core import stats\n"
+        "y = (np.random.default_rng(1).standard_normal((4096, 40)) * 1.3 + 0.2).astype(np.float16)\n"
+        "s = stats._statistics_nk(y, chunk_neurons=16, gaussian_sorted=stats.sorted_gaussian_sample(4096, 2))\n"
+        "print(hashlib.sha256(b''.join(getattr(s, f).tobytes() for f in ('wd', 'wd_negative', 'mean', 'std',"
+        " 'skewness', 'kurtosis', 'wd_sampled'))).hexdigest())\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    digests = [
+        subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    ]
+    assert digests[0] == digests[1] and len(digests[0].strip()) == len(hashlib.sha256().hexdigest())

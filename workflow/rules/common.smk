@@ -351,10 +351,11 @@ def search_spec(wildcards):
 
 
 def collect_params(wildcards):
-    """Only what changes the shards: a new MD pair count or WD method must not rerun the model. ``layers`` only
-    when collection is restricted, so that configs without it keep their recorded params.
+    """What collection needs: a new MD pair count or WD method must not rerun the model (``shard_io`` only says
+    how the bytes reach the disk). ``layers`` only when collection is restricted, so that configs without it keep
+    their recorded params.
     """
-    keys = ("window", "max_tokens", "dtype", "shard_dtype", "md_tokens", "seed")
+    keys = ("window", "max_tokens", "dtype", "shard_dtype", "md_tokens", "seed", "shard_io")
     params = {k: config["neurons"][k] for k in keys}
     layers = collected_layers(config, wildcards.model, wildcards.revision)
     if layers is not None:

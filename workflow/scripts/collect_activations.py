@@ -7,6 +7,4 @@ with logged_to(snakemake.log[0], snakemake.threads):
         snakemake.input.wikitext,
         snakemake.output[0],
         snakemake.params.collect,
-        # not a param: how the bytes reach the disk must not make Snakemake collect again
-        io=snakemake.config["neurons"]["shard_io"],
     )

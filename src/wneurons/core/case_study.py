@@ -10,9 +10,7 @@ import numpy as np
 import polars as pl
 
 from wneurons.core.pairs import SIGN_CLASSES, input_distances, pair_ratios, sign_classes, top_pairs
-
-# Closed-class UPOS counted as function words in the robustness summary (spec §C).
-FUNCTION_WORDS = ("DET", "ADP", "AUX", "PART", "PRON", "CCONJ", "SCONJ", "PUNCT")
+from wneurons.core.pos import FUNCTION_WORDS  # closed-class UPOS counted as function words (spec §C)
 
 
 def top_pair_table(x: np.ndarray, y: np.ndarray, tokens: pl.DataFrame, k: int = 10) -> pl.DataFrame:

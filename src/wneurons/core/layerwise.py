@@ -8,13 +8,12 @@ the layers, with bootstrap CIs over layers. Pure functions; :mod:`wneurons.jobs.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import polars as pl
 from scipy import stats
 
 from wneurons.core.pairs import SIGN_CLASSES
+from wneurons.core.uncertainty import correlation_with_ci, mean_and_sem
 
 
 def paired_error(clean: pl.DataFrame, ablated: pl.DataFrame) -> tuple[float, float, int]:
@@ -24,8 +23,8 @@ def paired_error(clean: pl.DataFrame, ablated: pl.DataFrame) -> tuple[float, flo
     if both.height != clean.height or both.height != ablated.height:
         raise ValueError(f"layerwise: clean and ablated items differ ({clean.height} vs {ablated.height} rows)")
     diff = both["correct"].cast(pl.Float64).to_numpy() - both["correct_ablated"].cast(pl.Float64).to_numpy()
-    sem = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else float("nan")
-    return float(diff.mean()), sem, int(diff.size)
+    mean, sem = mean_and_sem(diff)
+    return mean, sem, int(diff.size)
 
 
 def normalize_minmax(values: np.ndarray) -> np.ndarray:
@@ -38,31 +37,26 @@ def normalize_minmax(values: np.ndarray) -> np.ndarray:
 
 def correlations(table: pl.DataFrame, errors: list[str], n_boot: int = 2000, seed: int = 0) -> pl.DataFrame:
     """Pearson r and Spearman rho (with p-values) of each error column vs share_nn / share_pn / share_pp over the
-    layers (rows of ``table``), and a 95% bootstrap CI of r over layers (seeded; resamples with a constant series
-    are skipped)."""
-    rng = np.random.default_rng(seed)
-    n = table.height
-    draws = rng.integers(0, n, size=(n_boot, n))
+    layers (rows of ``table``), and a 95% bootstrap CI of r over layers
+    (:func:`wneurons.core.uncertainty.correlation_with_ci`: seeded; resamples with a constant series are skipped).
+    Where a correlation is undefined (fewer than 3 layers, or a constant series) the row has only its names."""
     rows = []
     for error in errors:
         e = table[error].to_numpy().astype(np.float64)
         for name in SIGN_CLASSES:
             s = table[f"share_{name}"].to_numpy().astype(np.float64)
-            row = {"error": error, "share": name, "n_layers": n}
-            if n >= 3 and np.ptp(e) > 0 and np.ptp(s) > 0:
-                pearson, spearman = stats.pearsonr(s, e), stats.spearmanr(s, e)
-                es, ss = e[draws], s[draws]
-                ok = (np.ptp(es, axis=1) > 0) & (np.ptp(ss, axis=1) > 0)
-                ec = es[ok] - es[ok].mean(axis=1, keepdims=True)
-                sc = ss[ok] - ss[ok].mean(axis=1, keepdims=True)
-                boot = (ec * sc).sum(axis=1) / np.sqrt((ec**2).sum(axis=1) * (sc**2).sum(axis=1))
+            row = {"error": error, "share": name, "n_layers": table.height}
+            ci = correlation_with_ci(s, e, n_boot=n_boot, seed=seed)
+            if ci["pearson_r"] is not None:
+                finite = np.isfinite(s) & np.isfinite(e)
+                pearson, spearman = stats.pearsonr(s[finite], e[finite]), stats.spearmanr(s[finite], e[finite])
                 row |= {
-                    "pearson_r": float(pearson.statistic),
+                    "pearson_r": ci["pearson_r"],
                     "pearson_p": float(pearson.pvalue),
-                    "spearman_rho": float(spearman.statistic),
+                    "spearman_rho": ci["spearman_rho"],
                     "spearman_p": float(spearman.pvalue),
-                    "r_ci_lo": float(np.percentile(boot, 2.5)),
-                    "r_ci_hi": float(np.percentile(boot, 97.5)),
+                    "r_ci_lo": ci["pearson_ci"][0],
+                    "r_ci_hi": ci["pearson_ci"][1],
                 }
             rows.append(row)
     return pl.DataFrame(rows, infer_schema_length=None)

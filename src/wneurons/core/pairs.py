@@ -18,6 +18,8 @@ import warnings
 import numpy as np
 import polars as pl
 
+from wneurons.core.uncertainty import mean_and_sem
+
 NN, PN, PP = 0, 1, 2
 SIGN_CLASSES = ("nn", "pn", "pp")
 
@@ -113,14 +115,21 @@ def composition(signs: pl.DataFrame, selected: pl.DataFrame, top_k: int, percent
     the mean of the per-neuron shares, with the SEM across neurons (ddof=1); and the null shares over all pairs
     of the same neurons (``null_*``) and the sign base rate for NN (mean frac_negative^2)."""
     rows = signs.join(selected.select("layer", "neuron"), on=["layer", "neuron"], how="semi")
-    exprs = [pl.len().alias("n_neurons")]
+    exprs, order = [pl.len().alias("n_neurons")], ["layer", "n_neurons"]
     for name in SIGN_CLASSES:
-        share = pl.col(f"n_{name}_at_{top_k}") / top_k
         exprs += [
             (pl.col(f"n_{name}_at_{top_k}").sum() / (pl.len() * top_k)).alias(f"share_{name}"),
-            (share.std(ddof=1) / pl.len().sqrt()).alias(f"sem_{name}"),
             pl.col(f"share_all_{name}").mean().alias(f"null_{name}"),
         ]
+        order += [f"share_{name}", f"sem_{name}", f"null_{name}"]
     exprs.append((pl.col("frac_negative") ** 2).mean().alias("base_rate_nn"))
     out = rows.group_by("layer").agg(exprs).sort("layer")
+    # The SEM of the per-neuron shares, from the project's one definition (NaN for a single neuron).
+    sems = {f"sem_{name}": [] for name in SIGN_CLASSES}
+    for layer in out["layer"]:
+        counts = rows.filter(pl.col("layer") == layer)
+        for name in SIGN_CLASSES:
+            sems[f"sem_{name}"].append(mean_and_sem(counts[f"n_{name}_at_{top_k}"].to_numpy() / top_k)[1])
+    out = out.with_columns(pl.Series(name, values, dtype=pl.Float64) for name, values in sems.items())
+    out = out.select(*order, "base_rate_nn")
     return out.with_columns(percent=pl.lit(float(percent)), top_k=pl.lit(int(top_k), dtype=pl.Int32))

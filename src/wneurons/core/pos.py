@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from wneurons.core.uncertainty import mean_and_sem
+
 SPECIAL = "SPECIAL"  # a token with no characters in the text (BOS, ...): char_start = -1
 UNTAGGED = "X"  # a token that no spaCy token overlaps or contains
 # Fig. 3d's colours: the classes the paper calls syntactic scaffolding (and the other closed classes) vs content.
@@ -123,13 +125,16 @@ def surprisal_by_pos(
         .agg(
             pl.len().alias("n"),
             pl.col("dnll").mean().alias("mean_shifted_dnll"),
-            (pl.col("dnll").std(ddof=1) / pl.len().sqrt()).alias("sem"),
+            pl.col("dnll").alias("sem"),  # the values, reduced to their SEM below
             pl.col("nll_w").mean().alias("mean_nll_w"),
             pl.col("nll_m").mean().alias("mean_nll_m"),
             pl.col("nll_clean").mean().alias("mean_nll_clean"),
         )
         .sort("upos")
     )
+    # The project's one SEM (NaN for a class with a single token).
+    sem = [mean_and_sem(values.to_numpy())[1] for values in table["sem"]]
+    table = table.with_columns(sem=pl.Series(sem, dtype=pl.Float64))
     # Bootstrap over windows: per-window sums and counts per class, resampled as whole windows.
     classes = table["upos"].to_list()
     windows, w_index = np.unique(frame["window"].to_numpy(), return_inverse=True)

@@ -37,6 +37,8 @@ import torch
 from scipy import special
 
 from wneurons.core import wd_kernels
+from wneurons.core.pairs import input_distances
+from wneurons.store.shards import ShardIndex
 
 log = logging.getLogger(__name__)
 
@@ -348,8 +350,7 @@ def _pairs_for(x: np.ndarray, columns: np.ndarray) -> _Pairs:
     """MD pairs (columns[0], columns[1]), (columns[2], columns[3]), ... whose projection inputs are the rows of
     ``x`` [2P, d_in] in the same order. Pairs with identical inputs (d_x = 0, e.g. the same token at the start of
     two windows) have an undefined ratio 0/0 and are left out (logged)."""
-    xa = np.asarray(x, dtype=np.float64)
-    d_x = np.linalg.norm(xa[0::2] - xa[1::2], axis=1)
+    d_x = input_distances(x)
     keep = d_x > 0
     if not keep.all():
         if not keep.any():
@@ -376,8 +377,10 @@ def _md_rows(rows: np.ndarray, pairs: _Pairs, lut: np.ndarray | None = None) -> 
     # than np.median's partition, and 4x faster than numba's np.partition.
     ordered = np.sort(d_y, axis=1)
     median = (ordered[:, (p - 1) // 2] + ordered[:, p // 2]) / 2
+    weighted = np.empty(rows.shape[0])
+    wd_kernels.weighted_row_sums(d_y, pairs.weight, weighted)
     with np.errstate(divide="ignore", invalid="ignore"):
-        md = (d_y @ pairs.weight) / (median * p)
+        md = weighted / (median * p)
     md[median == 0] = np.nan
     return md
 
@@ -425,9 +428,6 @@ def neuron_statistics(
     together: peak memory is one chunk of the shard (``chunk_neurons * N`` values), the kernels' 65,536 counters
     and per-run arrays per thread, and the quantile grid (``6 * 8 * N`` bytes), independent of depth and width.
     """
-    # Imported here: activations pulls in the model stack, and the pure functions above must not need it.
-    from wneurons.lm.activations import ShardIndex
-
     if wd_method not in WD_METHODS:
         raise ValueError(f"wd_method must be one of {WD_METHODS}, got {wd_method!r}")
     index = ShardIndex.load(shard_dir)
@@ -461,16 +461,14 @@ def neuron_statistics(
 
     # One pool for all layers, and layer L+1's tasks queued before layer L's results are collected: the workers
     # never wait for the main thread's per-layer setup and table building. At most two layers are in flight.
-    # Shards written with O_DIRECT are read from the device, not the page cache: two more threads than cores keep
-    # the cores busy while reads wait (measured on 2 cores: 1.9 s with 2 threads, 1.7 s with 4).
+    # The shard store says how many reader threads keep the cores busy (more for O_DIRECT shards).
     in_flight: deque[tuple[int, int, list[Future]]] = deque()
 
     def finish_oldest() -> None:
         layer, n_neurons, futures = in_flight.popleft()
         frames.append(table(layer, n_neurons, _gather(futures)))
 
-    threads = max(1, torch.get_num_threads()) + (2 if index.meta.get("io") == "direct" else 0)
-    with ThreadPoolExecutor(threads) as pool:
+    with ThreadPoolExecutor(index.reader_threads(torch.get_num_threads())) as pool:
         for layer in index.layers if layers is None else layers:
             n_neurons, n_tokens = index.y_blocks(layer).shape[1], index.n_tokens  # checks the layer and the file
             pairs = None

@@ -17,11 +17,12 @@ Two paths:
   order-preserving keys, and a neuron's runs are its **key histogram** (N increments into 65,536 counters, then
   one scan; O(N), no comparison sort).
 - smaller N (few ties) and any other float dtype: the values are sorted (float16 as keys, by numpy's radix sort
-  of uint16) and taken one order statistic at a time (:func:`_order_statistics`), in loops that vectorize.
+  of uint16) and taken one order statistic at a time (:func:`_order_statistics`), in branch-free loops.
 
 The authors' sampled estimate (mean |z_(i) - g_(i)| against one sorted Gaussian sample g) uses the same merge
-with g in place of the bin means. Everything accumulates in float64. The kernels hold no Python objects and
-release the GIL, so :mod:`wneurons.core.stats` runs neuron chunks on several threads.
+with g in place of the bin means. Everything accumulates in float64, each sum in one fixed order (:data:`LANES`), so
+the same values give the same bits on any thread, in any chunk and from any compile. The kernels hold no Python
+objects and release the GIL, so :mod:`wneurons.core.stats` runs neuron chunks on several threads.
 """
 
 from __future__ import annotations
@@ -183,39 +184,108 @@ def _run_statistics(values, counts, d, n, bin_mean, prefix, q_lo, q_hi, g_lo, g_
     out[WD_SAMPLED] = wd_sampled / n if sampled else np.nan
 
 
-@njit(nogil=True, cache=True, fastmath={"reassoc", "nsz"})
-def _order_statistics(v, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out):
-    """All statistics of one neuron from its sorted values ``v`` [N], one order statistic at a time.
+# Every float sum below runs in one fixed order, written out: LANES partial sums (element i goes to lane i % LANES
+# over the first n - n % LANES elements), combined as (s0 + s1) + (s2 + s3), then the remaining elements in order.
+# No fastmath: with ``reassoc`` LLVM chose the order itself, and it chose differently by compile context (a fresh
+# compile against numba's cache, the kernel called alone or from float16_block), so the same shards gave WD and
+# moments that moved in the last bits from one run to the next. Four independent chains keep the adds pipelined.
+LANES = 4
 
-    For neurons with few ties (N small against the float16 key space, or float32/64 data) this beats the run
-    form: every loop but the crossing scan is branch-free and vectorizes (``reassoc`` lets LLVM split the sums
-    into SIMD lanes; the result moves in the last bits only, the same on every run).
-    """
+
+@njit(nogil=True, cache=True)
+def _lane_sum(v):
+    """Sum of ``v`` [N] in the fixed order above."""
     n = v.shape[0]
-    total = 0.0
-    for i in range(n):
+    body = n - n % LANES
+    s0 = s1 = s2 = s3 = 0.0
+    for i in range(0, body, LANES):
+        s0 += v[i]
+        s1 += v[i + 1]
+        s2 += v[i + 2]
+        s3 += v[i + 3]
+    total = (s0 + s1) + (s2 + s3)
+    for i in range(body, n):
         total += v[i]
-    mean = total / n
-    m2 = 0.0
-    m3 = 0.0
-    m4 = 0.0
-    n_negative = 0
-    for i in range(n):
+    return total
+
+
+@njit(nogil=True, cache=True)
+def _central_power_sums(v, mean):
+    """Sums of (v - mean)^2, ^3, ^4 over ``v`` [N], each in the fixed order above."""
+    n = v.shape[0]
+    body = n - n % LANES
+    a0 = a1 = a2 = a3 = 0.0
+    b0 = b1 = b2 = b3 = 0.0
+    c0 = c1 = c2 = c3 = 0.0
+    for i in range(0, body, LANES):
+        x = v[i] - mean
+        x2 = x * x
+        a0 += x2
+        b0 += x2 * x
+        c0 += x2 * x2
+        x = v[i + 1] - mean
+        x2 = x * x
+        a1 += x2
+        b1 += x2 * x
+        c1 += x2 * x2
+        x = v[i + 2] - mean
+        x2 = x * x
+        a2 += x2
+        b2 += x2 * x
+        c2 += x2 * x2
+        x = v[i + 3] - mean
+        x2 = x * x
+        a3 += x2
+        b3 += x2 * x
+        c3 += x2 * x2
+    m2 = (a0 + a1) + (a2 + a3)
+    m3 = (b0 + b1) + (b2 + b3)
+    m4 = (c0 + c1) + (c2 + c3)
+    for i in range(body, n):
         x = v[i] - mean
         x2 = x * x
         m2 += x2
         m3 += x2 * x
         m4 += x2 * x2
+    return m2, m3, m4
+
+
+@njit(nogil=True, cache=True)
+def _sum_of_gaps(v, reference, lo, hi, mean, inv_std):
+    """Sum over i in [lo, hi) of |(v[i] - mean) * inv_std - reference[i]|, in the fixed order above (lanes counted
+    from ``lo``)."""
+    body = lo + (hi - lo) - (hi - lo) % LANES
+    s0 = s1 = s2 = s3 = 0.0
+    for i in range(lo, body, LANES):
+        s0 += abs((v[i] - mean) * inv_std - reference[i])
+        s1 += abs((v[i + 1] - mean) * inv_std - reference[i + 1])
+        s2 += abs((v[i + 2] - mean) * inv_std - reference[i + 2])
+        s3 += abs((v[i + 3] - mean) * inv_std - reference[i + 3])
+    total = (s0 + s1) + (s2 + s3)
+    for i in range(body, hi):
+        total += abs((v[i] - mean) * inv_std - reference[i])
+    return total
+
+
+@njit(nogil=True, cache=True)
+def _order_statistics(v, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out):
+    """All statistics of one neuron from its sorted values ``v`` [N], one order statistic at a time.
+
+    For neurons with few ties (N small against the float16 key space, or float32/64 data) this beats the run
+    form: the sums are branch-free and in a fixed order (:data:`LANES`), so that the result depends on the values
+    only, never on how or where the kernel was compiled.
+    """
+    n = v.shape[0]
+    mean = _lane_sum(v) / n
+    m2, m3, m4 = _central_power_sums(v, mean)
+    n_negative = 0
+    for i in range(n):
         n_negative += v[i] < 0.0  # the RAW sign; negatives are a prefix of the sorted values
     inv_std = _store_moments(out, n, mean, m2, m3, m4, n_negative)
     if inv_std == 0.0:
         return
-    wd_negative = 0.0
-    for i in range(n_negative):
-        wd_negative += abs((v[i] - mean) * inv_std - bin_mean[i])
-    wd_positive = 0.0
-    for i in range(n_negative, n):
-        wd_positive += abs((v[i] - mean) * inv_std - bin_mean[i])
+    wd_negative = _sum_of_gaps(v, bin_mean, 0, n_negative, mean, inv_std)
+    wd_positive = _sum_of_gaps(v, bin_mean, n_negative, n, mean, inv_std)
     # Crossing bins (z inside its own quantile bin): rare, so this scan's branch is well predicted.
     for i in range(n):
         z = (v[i] - mean) * inv_std
@@ -227,10 +297,7 @@ def _order_statistics(v, bin_mean, q_lo, q_hi, g_lo, g_hi, gauss, out):
     out[WD] = (wd_negative + wd_positive) / n
     out[WD_NEGATIVE] = wd_negative / n
     if gauss.shape[0] > 0:
-        wd_sampled = 0.0
-        for i in range(n):
-            wd_sampled += abs((v[i] - mean) * inv_std - gauss[i])
-        out[WD_SAMPLED] = wd_sampled / n
+        out[WD_SAMPLED] = _sum_of_gaps(v, gauss, 0, n, mean, inv_std) / n
     else:
         out[WD_SAMPLED] = np.nan
 
@@ -293,3 +360,15 @@ def pair_differences_values(values, first, second, out):
         row = values[j]
         for i in range(first.shape[0]):
             out[j, i] = abs(np.float64(row[first[i]]) - np.float64(row[second[i]]))
+
+
+@njit(nogil=True, cache=True)
+def weighted_row_sums(values, weight, out):
+    """out[j] = sum_i values[j, i] * weight[i] for float64 ``values`` [k, P], in index order: MD's weighted mean
+    of pair differences. A plain loop rather than BLAS, whose gemv kernels sum a row in an order that depends on
+    the number of rows in the block (the neuron chunk) and on its threads."""
+    for j in range(values.shape[0]):
+        total = 0.0
+        for i in range(values.shape[1]):
+            total += values[j, i] * weight[i]
+        out[j] = total

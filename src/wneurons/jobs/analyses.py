@@ -71,9 +71,10 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
     no model run, only the tokenizer.
     """
     from wneurons.core.pairs import draw_pair_positions
-    from wneurons.lm.activations import ShardIndex, collect_projection_rows
+    from wneurons.lm.activations import collect_projection_rows
     from wneurons.lm.scoring import window_bos_token
     from wneurons.store.data import wikitext_split
+    from wneurons.store.shards import ShardIndex
 
     start = time.perf_counter()
     n = params["tokens"]
@@ -250,7 +251,7 @@ def case_study_job(inputs: dict, outputs: dict, params: dict) -> dict:
     """Fig. 5's data for one (layer, neuron): its top-k pairs (CSV), all pairs' distances (parquet), the
     robustness over re-pairings and the histogram of its raw pre-activations over the test shards (JSON)."""
     from wneurons.core.case_study import all_pair_distances, pairing_robustness, top_pair_table
-    from wneurons.lm.activations import ShardIndex
+    from wneurons.store.shards import ShardIndex
 
     layer = params["layer"]
     stats = pl.read_parquet(inputs["neurons"], columns=["layer", "neuron", "wd"]).filter(pl.col("layer") == layer)

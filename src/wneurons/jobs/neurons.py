@@ -17,16 +17,17 @@ from wneurons.store import io
 log = logging.getLogger("wneurons")
 
 
-def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, io: str = "auto") -> dict:
+def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict) -> dict:
     """Run the model over WikiText-2 test and cache every layer's pre-activations as shards in ``out_dir``;
-    ``io``: how they are written (``neurons.shard_io``). Each window starts with a BOS when the model entry's
-    ``window_bos`` (or its family's default) says so; index.json records the choice, its reason and the family."""
+    ``params["shard_io"]``: how they are written (``neurons.shard_io``; the shard store decides what "auto" means).
+    Each window starts with a BOS when the model entry's ``window_bos`` (or its family's default) says so;
+    index.json records the choice, its reason and the family."""
     from wneurons.lm.activations import collect_activation_shards
-    from wneurons.store.data import load_wikitext
+    from wneurons.store.data import wikitext_split
 
     with configured_model(spec, params["dtype"]) as (model, tokenizer):
         window_bos, reason = window_bos_of(spec, model, tokenizer)
-        text = load_wikitext(Path(wikitext_dir) / "wiki.test.raw")
+        text = wikitext_split(wikitext_dir, "test")
         return collect_activation_shards(
             model,
             tokenizer,
@@ -38,7 +39,7 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
             md_tokens=params["md_tokens"],
             seed=params["seed"],
             dtype=params["shard_dtype"],
-            io=io,
+            io=params["shard_io"],
             model_name=spec["name"],
             window_bos=window_bos,
             record={"family": model.config.model_type, "window_bos_reason": reason},
@@ -57,7 +58,7 @@ def keep_activations_job(shard_dir: str, out_dir: str) -> None:
 def neuron_stats_job(spec: dict, shard_dir: str, out_path: str, params: dict) -> pl.DataFrame:
     """WD (exact / sampled), sign split, moments and MD of every neuron, from the cached shards."""
     from wneurons.core.stats import neuron_statistics
-    from wneurons.lm.activations import ShardIndex
+    from wneurons.store.shards import ShardIndex
 
     start = time.perf_counter()
     table = neuron_statistics(

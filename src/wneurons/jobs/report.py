@@ -105,10 +105,10 @@ def explorer_job(
     from wneurons import __version__
     from wneurons.core.case_study import top_pair_table
     from wneurons.core.stats import negative_per_token_ratio
-    from wneurons.lm.activations import ShardIndex
     from wneurons.report import explorer
     from wneurons.store.data import WIKITEXT_TEST, wikitext_split
     from wneurons.store.sample import load_sample_layer, sample_tokens
+    from wneurons.store.shards import ShardIndex
 
     start = time.perf_counter()
     stats = pl.read_parquet(neurons_path)

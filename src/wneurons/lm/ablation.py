@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
+from wneurons.lm.hooks import preactivation_hooks
 from wneurons.lm.registry import preactivation_modules, projection_weight
 
 __all__ = ["MODES", "clamp_negative_preactivations"]
@@ -93,11 +94,6 @@ def clamp_negative_preactivations(
         index = _neuron_index(layer, ids, weight.shape[0], weight.device)
         if index.numel():
             indices[layer] = index
-    handles = []
-    try:
-        for layer, index in indices.items():
-            handles.append(modules[layer].register_forward_hook(_clamp_hook(index, mode)))
+    hooks = {layer: _clamp_hook(index, mode) for layer, index in indices.items()}
+    with preactivation_hooks(model, hooks, modules=modules):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()

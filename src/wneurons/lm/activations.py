@@ -1,23 +1,10 @@
-"""Stream the pre-activations of every layer into per-layer shards on disk, once per model and text.
+"""Stream the pre-activations of every layer into per-layer shards on disk, once per model and text; and collect
+the projection rows at a few chosen positions (the pair sample).
 
-A shard directory holds, for each layer L (0-based):
-
-- ``layer{L:03d}.y.npy``: the projection OUTPUTS y (the pre-activations) of all N tokens, stored
-  **neuron-major per window**, shape [n_windows, K, window]: each window's block is written with one contiguous
-  write while the model runs (a [K, N] layout would scatter every batch over K places of the file), and a chunk
-  of neurons is still read as n_windows contiguous pieces (:meth:`ShardIndex.y_neurons`).
-- ``layer{L:03d}.x.npy``: the projection INPUTS x for ``md_tokens`` token positions drawn once without
-  replacement (float32, [md_tokens, d_in], rows in drawing order), so that mapping difficulty can be recomputed
-  for any pair count <= md_tokens / 2 without running the model again.
-- ``index.json``: N, K and d_in per layer, window, token counts, the MD token positions, seed, dtype, model name,
-  the text's sha256, how the y files were written (``io``: "direct" or "buffered"), whether each window started
-  with a BOS (``window_bos``) and provenance.
-
-With ``window_bos`` every window of ``window`` text tokens is fed after a BOS: the model sees ``window + 1``
-positions, the BOS position's outputs are not stored, so N and the layout are those of a run without it.
-
-Both .npy files have their header padded to 4096 bytes, so that the y data can be written and read with
-``O_DIRECT`` (:mod:`wneurons.store.shard_io`); ``numpy.load`` reads them as usual.
+The shard directory's format, its reader and its I/O mode live in :mod:`wneurons.store.shards`; this module runs the
+model and feeds the files from forward hooks (:mod:`wneurons.lm.hooks`). With ``window_bos`` every window of
+``window`` text tokens is fed after a BOS: the model sees ``window + 1`` positions, the BOS position's outputs are
+not stored, so N and the layout are those of a run without it.
 
 The directory appears only when complete: everything is written into a hidden temporary sibling that is
 renamed at the end, so a killed job leaves nothing that looks finished.
@@ -25,7 +12,6 @@ renamed at the end, so a killed job leaves nothing that looks finished.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import logging
@@ -34,8 +20,6 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,155 +27,16 @@ import numpy as np
 import torch
 
 from wneurons.lm import registry
+from wneurons.lm.hooks import StopForward, forward_until_stopped, preactivation_hooks
 from wneurons.lm.scoring import window_bos_token
-from wneurons.store.io import atomic_directory, provenance, read_json, write_json
-from wneurons.store.shard_io import (
-    SHARD_IO_MODES,
-    aligned,
-    aligned_empty,
-    create_npy,
-    open_direct,
-    pread_into,
-    pwrite_all,
-)
+from wneurons.store.io import atomic_directory, provenance, write_json
+from wneurons.store.shards import FORMAT_VERSION, INDEX_FILE, SHARD_DTYPES, SHARD_IO_MODES, ShardFiles
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SHARD_DTYPES", "ShardIndex", "collect_activation_shards", "load_layer"]
+__all__ = ["collect_activation_shards", "collect_projection_rows"]
 
-SHARD_DTYPES: dict[str, tuple[np.dtype, torch.dtype]] = {
-    "float16": (np.dtype(np.float16), torch.float16),
-    "float32": (np.dtype(np.float32), torch.float32),
-}
-INDEX_FILE = "index.json"
-FORMAT_VERSION = 2  # 2: y as [n_windows, K, window] blocks (1 was [K, N])
-
-
-def _y_file(layer: int) -> str:
-    return f"layer{layer:03d}.y.npy"
-
-
-def _x_file(layer: int) -> str:
-    return f"layer{layer:03d}.x.npy"
-
-
-@dataclass(frozen=True)
-class ShardIndex:
-    """A complete shard directory, read back through its ``index.json``; arrays come as read-only memmaps."""
-
-    path: Path
-    meta: dict[str, Any]
-
-    @classmethod
-    def load(cls, shard_dir: str | os.PathLike) -> ShardIndex:
-        path = Path(shard_dir)
-        index_path = path / INDEX_FILE
-        if not index_path.is_file():
-            raise FileNotFoundError(f"{path} is not an activation shard directory (no {INDEX_FILE})")
-        meta = read_json(index_path)
-        if meta.get("format") != FORMAT_VERSION:
-            raise ValueError(
-                f"{index_path}: shard format {meta.get('format')!r}, this package reads {FORMAT_VERSION}; "
-                f"remove {path} and collect again"
-            )
-        return cls(path, meta)
-
-    @property
-    def n_layers(self) -> int:
-        """Layers stored (all of the model's, or those ``layers=`` restricted collection to)."""
-        return len(self.meta["layers"])
-
-    @property
-    def layers(self) -> list[int]:
-        """0-based indices of the layers stored, ascending."""
-        return [entry["layer"] for entry in self.meta["layers"]]
-
-    @property
-    def n_tokens(self) -> int:
-        """N: tokens per neuron (whole windows)."""
-        return int(self.meta["n_tokens"])
-
-    @property
-    def md_positions(self) -> np.ndarray:
-        """Token positions (0..N-1, drawing order) whose inputs are stored; MD pairs are consecutive entries."""
-        return np.asarray(self.meta["md_positions"], dtype=np.int64)
-
-    def _check_layer(self, layer: int) -> dict[str, Any]:
-        for entry in self.meta["layers"]:
-            if entry["layer"] == layer:
-                return entry
-        raise IndexError(f"{self.path}: no shards for layer {layer} (collected layers: {self.layers})")
-
-    def _open(self, name: str, shape: tuple[int, ...]) -> np.memmap:
-        arr = np.load(self.path / name, mmap_mode="r")
-        if arr.shape != shape:
-            raise ValueError(f"{self.path / name}: shape {arr.shape}, index.json says {shape}")
-        return arr
-
-    def y_blocks(self, layer: int) -> np.memmap:
-        """Pre-activations of ``layer`` as stored: [n_windows, K, window] in the shard dtype (raw units)."""
-        entry = self._check_layer(layer)
-        return self._open(_y_file(layer), (int(self.meta["n_windows"]), entry["n_neurons"], int(self.meta["window"])))
-
-    def y_neuron_windows(self, layer: int, start: int, stop: int) -> np.ndarray:
-        """Neurons ``start..stop-1`` of ``layer`` as a [stop - start, n_windows, window] view of a fresh buffer
-        (in memory; each neuron's window rows contiguous), read with one ``pread`` per window.
-
-        ``pread`` rather than a memmap copy: that takes its page faults while holding the GIL, which kept two
-        statistics threads from running side by side. The statistics pass consumes this view directly (its key
-        transform does the transposition); :meth:`y_neurons` gives the plain [k, N] array.
-        """
-        blocks = self.y_blocks(layer)
-        n_windows, n_neurons, window = blocks.shape
-        start, stop = max(0, start), min(stop, n_neurons)
-        k = max(0, stop - start)
-        path, row = self.path / _y_file(layer), window * blocks.dtype.itemsize
-        # Shards written with O_DIRECT are not in the page cache: read them the same way, into aligned memory,
-        # which costs no CPU for the copy and leaves the page cache alone (see wneurons.store.shard_io).
-        fd = None
-        if self.meta.get("io") == "direct" and aligned(blocks.offset, start * row, n_neurons * row, k * row):
-            fd = open_direct(path, os.O_RDONLY)
-        buffer = (aligned_empty if fd is not None else np.empty)((n_windows, k, window), blocks.dtype)
-        fd = os.open(path, os.O_RDONLY) if fd is None else fd
-        try:
-            for w in range(n_windows):
-                pread_into(fd, buffer[w], blocks.offset + (w * n_neurons + start) * row, path)
-        finally:
-            os.close(fd)
-        return buffer.transpose(1, 0, 2)
-
-    def y_neurons(self, layer: int, start: int, stop: int) -> np.ndarray:
-        """Neurons ``start..stop-1`` of ``layer`` over all N tokens: a contiguous [stop - start, N] copy."""
-        windows = self.y_neuron_windows(layer, start, stop)
-        return np.ascontiguousarray(windows).reshape(windows.shape[0], self.n_tokens)
-
-    def y(self, layer: int) -> np.ndarray:
-        """Pre-activations of ``layer`` as [N tokens, K neurons]: a copy of the whole layer in memory."""
-        blocks = self.y_blocks(layer)
-        return np.ascontiguousarray(blocks.transpose(0, 2, 1)).reshape(self.n_tokens, blocks.shape[1])
-
-    def x_md(self, layer: int) -> np.memmap:
-        """Projection inputs at :attr:`md_positions`: float32 [md_tokens, d_in]."""
-        entry = self._check_layer(layer)
-        return self._open(_x_file(layer), (len(self.meta["md_positions"]), entry["d_in"]))
-
-
-def load_layer(shard_dir: str | os.PathLike, layer: int) -> tuple[np.ndarray, np.memmap]:
-    """``(y, x_md)`` of one layer: y [N, K] pre-activations (in memory) and x_md [md_tokens, d_in] inputs (memmap)."""
-    index = ShardIndex.load(shard_dir)
-    return index.y(layer), index.x_md(layer)
-
-
-def _neuron_major(tokens: np.ndarray, rows: int = 64, out: np.ndarray | None = None) -> np.ndarray:
-    """[windows, window, K] -> contiguous [windows, K, window] (into ``out`` if given), copied 64 token rows at a
-    time: cache-sized tiles, measured 4-6x faster than one strided numpy copy and than torch's single-threaded
-    transpose."""
-    if out is None:
-        out = np.empty((tokens.shape[0], tokens.shape[2], tokens.shape[1]), dtype=tokens.dtype)
-    for w in range(tokens.shape[0]):
-        for start in range(0, tokens.shape[1], rows):
-            out[w, :, start : start + rows] = tokens[w, start : start + rows].T
-    return out
+_TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32}  # the torch side of store.shards.SHARD_DTYPES
 
 
 def _host_block(y: torch.Tensor, window: int, dtype: torch.dtype, *, on_device: bool) -> tuple[np.ndarray, bool]:
@@ -208,57 +53,9 @@ def _host_block(y: torch.Tensor, window: int, dtype: torch.dtype, *, on_device: 
     return y.to(dtype, copy=True).cpu().numpy().reshape(-1, window, k), False
 
 
-def _write_block(
-    fd: int, block: np.ndarray, transposed: bool, position: int, staging: np.ndarray | None = None
-) -> None:
-    """One batch of one layer's y: [windows, K, window] as is, or [windows, window, K] transposed first. With
-    ``staging`` (aligned bytes, at least ``block.nbytes``; needed for O_DIRECT) the block is assembled there."""
-    shape = block.shape if transposed else (block.shape[0], block.shape[2], block.shape[1])
-    out = None if staging is None else staging[: block.nbytes].view(block.dtype).reshape(shape)
-    if not transposed:
-        out = _neuron_major(block, out=out)
-    elif out is None:
-        out = np.ascontiguousarray(block)
-    else:
-        out[...] = block
-    pwrite_all(fd, out, position)
-
-
-def _write_rows(fd: int, rows: np.ndarray, positions: np.ndarray) -> None:
-    """MD inputs: row i of ``rows`` at byte ``positions[i]`` (a few hundred rows per batch, scattered)."""
-    for row, position in zip(rows, positions.tolist(), strict=True):
-        pwrite_all(fd, np.ascontiguousarray(row), position)
-
-
-def _direct_io(directory: Path, io: str, block_bytes: list[int]) -> tuple[bool, str]:
-    """Whether the y shards in ``directory`` are written with O_DIRECT under ``io`` ("auto", "direct",
-    "buffered"), and why not when "auto" decides against it. ``block_bytes``: one window's y block per layer,
-    the unit of every write, which must be aligned. "direct" where it is impossible is an error."""
-    if io == "buffered":
-        return False, "shard io 'buffered' configured"
-    reason = ""
-    probe = directory / ".direct-io-probe"
-    probe.touch()
-    fd = open_direct(probe, os.O_WRONLY)
-    probe.unlink()
-    if fd is None:
-        reason = f"the filesystem of {directory} does not support O_DIRECT"
-    else:
-        os.close(fd)
-        unaligned = [size for size in block_bytes if not aligned(size)]
-        if unaligned:
-            reason = f"a window's block of pre-activations ({unaligned[0]} bytes) is not a multiple of 4096"
-    if reason and io == "direct":
-        raise ValueError(f"shard io 'direct': {reason}; use 'auto' or 'buffered'")
-    return not reason, reason
-
-
-class _StopForward(Exception):
-    """Raised by the hook of the last projection: nothing the model computes after it is collected."""
-
-
 class _ShardWriter:
-    """Forward hooks that stream each layer's projection output into its shard as the batches go by."""
+    """Forward hooks (:meth:`hooks`) that stream each layer's projection output into its shard as the batches go
+    by; the files are :class:`wneurons.store.shards.ShardFiles`, written on a writer thread."""
 
     def __init__(
         self,
@@ -279,30 +76,15 @@ class _ShardWriter:
         self.model_name = model_name
         self.window = window
         self.skip_first = skip_first  # each fed window starts with a BOS whose outputs are not stored
-        self.np_dtype, self.torch_dtype = SHARD_DTYPES[dtype]
+        self.np_dtype, self.torch_dtype = SHARD_DTYPES[dtype], _TORCH_DTYPES[dtype]
         self.limit = float(np.finfo(self.np_dtype).max)
         self.shapes = [tuple(registry.projection_weight(m).shape) for m in modules]  # (K, d_in) per layer
         # md_row[p] = row of token position p in the x shards, or -1: one lookup per batch, no search.
         self.md_row = np.full(n_tokens, -1, dtype=np.int64)
         self.md_row[md_positions] = np.arange(len(md_positions))
-        # Per layer and file (y, x): where the data start, and a write descriptor. The y files are written with
-        # O_DIRECT where possible (wneurons.store.shard_io); the MD inputs are a few scattered rows, through the cache.
-        self.direct, self.buffered_reason = _direct_io(
-            directory, io, [k * window * self.np_dtype.itemsize for k, _ in self.shapes]
+        self.files = ShardFiles(
+            directory, self.layer_ids, self.shapes, n_tokens // window, window, len(md_positions), dtype, io
         )
-        self.data_offsets: list[tuple[int, int]] = []
-        self.fds: list[tuple[int, int]] = []
-        try:
-            for layer, (k, d_in) in zip(self.layer_ids, self.shapes, strict=True):
-                y_path, x_path = directory / _y_file(layer), directory / _x_file(layer)
-                offsets = create_npy(y_path, self.np_dtype, (n_tokens // window, k, window))
-                self.data_offsets.append((offsets, create_npy(x_path, np.float32, (len(md_positions), d_in))))
-                y_fd = open_direct(y_path, os.O_WRONLY) if self.direct else os.open(y_path, os.O_WRONLY)
-                self.fds.append((y_fd, os.open(x_path, os.O_WRONLY)))
-        except BaseException:  # e.g. a full disk at layer 17: the descriptors of layers 0..16 must not leak
-            self._close_files()
-            raise
-        self._staging = np.empty(0, dtype=np.uint8)  # the writer thread's aligned output block, reused
         self.offset = 0
         self.write_seconds = 0.0  # time spent in the hooks, reported in index.json
         # Blocks are transposed and written by a writer thread: the forward pass leaves a core partly idle
@@ -315,7 +97,10 @@ class _ShardWriter:
         self._thread = threading.Thread(target=self._drain, name="shard-writer", daemon=True)
         self._thread.start()
         self.calls = np.zeros(len(modules), dtype=np.int64)
-        self.handles = [m.register_forward_hook(self._hook(layer)) for layer, m in enumerate(modules)]
+
+    def hooks(self) -> dict[int, Any]:
+        """The forward hook of each module position, for :func:`wneurons.lm.hooks.preactivation_hooks`."""
+        return {layer: self._hook(layer) for layer in range(len(self.shapes))}
 
     def _hook(self, layer: int):
         last = layer == len(self.shapes) - 1
@@ -323,7 +108,7 @@ class _ShardWriter:
         def hook(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
             self.write(layer, args[0], output)
             if last:  # skip the rest of the last layer and the final norm (~1.5% of SmolLM2's trunk)
-                raise _StopForward
+                raise StopForward
 
         return hook
 
@@ -349,8 +134,8 @@ class _ShardWriter:
             )
         block, transposed = _host_block(y, self.window, self.torch_dtype, on_device=y.device.type != "cpu")
         self._raise_write_error()
-        position = self.data_offsets[layer][0] + (self.offset // self.window) * block[0].nbytes
-        self._queue.put(functools.partial(self._write_y, self.fds[layer][0], block, transposed, position))
+        first_window = self.offset // self.window
+        self._queue.put(functools.partial(self.files.write_y, layer, first_window, block, transposed))
         rows = self.md_row[self.offset : self.offset + n]
         picked = np.flatnonzero(rows >= 0)
         if picked.size:
@@ -360,20 +145,9 @@ class _ShardWriter:
                 raise FloatingPointError(
                     f"{self.model_name}: layer {self.layer_ids[layer]} projection inputs contain NaN or inf"
                 )
-            positions = self.data_offsets[layer][1] + rows[picked] * (d_in * x.itemsize)
-            self._queue.put(functools.partial(_write_rows, self.fds[layer][1], x, positions))
+            self._queue.put(functools.partial(self.files.write_x_rows, layer, x, rows[picked]))
         self.write_seconds += time.perf_counter() - start
         self.calls[layer] += 1
-
-    def _write_y(self, fd: int, block: np.ndarray, transposed: bool, position: int) -> None:
-        """:func:`_write_block` on the writer thread; for O_DIRECT through one aligned block that is reused (it
-        stays resident, where a fresh buffer per batch would take its page faults again)."""
-        staging = None
-        if self.direct:
-            if self._staging.nbytes < block.nbytes:
-                self._staging = aligned_empty((block.nbytes,), np.uint8)
-            staging = self._staging
-        _write_block(fd, block, transposed, position, staging)
 
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -400,17 +174,10 @@ class _ShardWriter:
         self._stop_writer()
         self._raise_write_error()
 
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
+    def close(self) -> None:
+        """Stop the writer thread and close the files (the hooks are already detached)."""
         self._stop_writer()
-        self._close_files()
-
-    def _close_files(self) -> None:
-        for fds in self.fds:
-            for fd in fds:
-                os.close(fd)
-        self.fds = []
+        self.files.close()
 
 
 def collect_activation_shards(
@@ -444,7 +211,7 @@ def collect_activation_shards(
     stored in ``dtype`` ("float16": overflow is an error; or "float32"); the inputs of ``md_tokens`` positions drawn
     with ``numpy.random.default_rng(seed).choice(N, md_tokens, replace=False)`` in float32. Progress (tokens/s, ETA)
     is logged at most every ``progress_every`` seconds. ``io`` ("auto", "direct", "buffered"): how the y shards
-    are written and later read, see :mod:`wneurons.store.shard_io`; "auto" uses O_DIRECT where the filesystem has it.
+    are written and later read, decided by :class:`wneurons.store.shards.ShardFiles`; "auto": O_DIRECT where possible.
 
     Only the causal LM's trunk (``model.base_model``) is run: the LM head plays no part in the pre-activations.
     Peak memory: the model, the forward pass's own activations for one batch, and one layer's batch output
@@ -454,7 +221,7 @@ def collect_activation_shards(
     """
     if dtype not in SHARD_DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(SHARD_DTYPES)}")
-    if io not in SHARD_IO_MODES:
+    if io not in SHARD_IO_MODES:  # checked again by ShardFiles; here before the model runs
         raise ValueError(f"shard io {io!r} is not one of {', '.join(SHARD_IO_MODES)}")
     if window < 1 or batch_size < 1:
         raise ValueError(f"window and batch_size must be >= 1, got {window} and {batch_size}")
@@ -512,20 +279,15 @@ def collect_activation_shards(
         writer = _ShardWriter(
             tmp, modules, n_tokens, window, md_positions, dtype, model_name, io, bos is not None, layer_ids
         )
-        meta["io"] = "direct" if writer.direct else "buffered"
-        if not writer.direct:
-            meta["io_reason"] = writer.buffered_reason
-            if io == "auto":
-                log.info("collect %s: shards go through the page cache: %s", model_name, writer.buffered_reason)
+        meta |= writer.files.record()
+        if not writer.files.direct and io == "auto":
+            log.info("collect %s: shards go through the page cache: %s", model_name, writer.files.buffered_reason)
         start = last_log = time.perf_counter()
         try:
-            with torch.inference_mode():
+            with preactivation_hooks(model, writer.hooks(), modules=modules), torch.inference_mode():
                 for first in range(0, n_windows, batch_size):
                     batch = windows[first : first + batch_size].to(device)
-                    try:
-                        trunk(input_ids=batch, use_cache=False)
-                    except _StopForward:
-                        pass
+                    forward_until_stopped(trunk, input_ids=batch, use_cache=False)
                     writer.offset += batch.numel() - (batch.shape[0] if bos is not None else 0)
                     if not (writer.calls == first // batch_size + 1).all():
                         missing = np.flatnonzero(writer.calls != first // batch_size + 1).tolist()
@@ -545,7 +307,7 @@ def collect_activation_shards(
                         last_log = now
             writer.flush()
         finally:
-            writer.remove()
+            writer.close()
         meta["layers"] = [
             {"layer": i, "n_neurons": k, "d_in": d} for i, (k, d) in zip(layer_ids, writer.shapes, strict=True)
         ]
@@ -562,17 +324,6 @@ def collect_activation_shards(
 # Projection rows at chosen token positions (the pair sample of wneurons.core.pairs): inputs x and outputs y of every
 # layer at a few thousand positions, not the whole stream.
 # ---------------------------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def projection_hooks(modules: list[torch.nn.Module], make_hook) -> Iterator[None]:
-    """Attach ``make_hook(layer)`` as a forward hook to each projection module; always detach them on exit."""
-    handles = [m.register_forward_hook(make_hook(layer)) for layer, m in enumerate(modules)]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
 def collect_projection_rows(
     model: torch.nn.Module,
     windows: torch.Tensor,
@@ -608,14 +359,15 @@ def collect_projection_rows(
                 raise FloatingPointError(f"{model_name}: layer {layer} projection rows contain NaN or inf")
             ys[layer][state["rows"]], xs[layer][state["rows"]] = y, x
             if layer == len(modules) - 1:
-                raise _StopForward
+                raise StopForward
 
         return hook
 
     needed = np.unique(positions // window)
     trunk = getattr(model, "base_model", model)
     device = next(model.parameters()).device
-    with projection_hooks(modules, make_hook), torch.inference_mode():
+    hooks = {layer: make_hook(layer) for layer in range(len(modules))}
+    with preactivation_hooks(model, hooks, modules=modules), torch.inference_mode():
         for lo in range(0, needed.size, batch_size):
             batch_windows = needed[lo : lo + batch_size]
             # rows of the output that hold a position: (index of the window in the batch) * window + offset
@@ -629,8 +381,5 @@ def collect_projection_rows(
             batch = windows[torch.from_numpy(batch_windows)]
             if bos is not None:
                 batch = torch.cat([torch.full((batch.shape[0], 1), bos, dtype=batch.dtype), batch], dim=1)
-            try:
-                trunk(input_ids=batch.to(device), use_cache=False)
-            except _StopForward:
-                pass
+            forward_until_stopped(trunk, input_ids=batch.to(device), use_cache=False)
     return list(zip(xs, ys, strict=True))

@@ -23,11 +23,9 @@ __all__ = [
     "FAMILIES",
     "FamilySpec",
     "UnsupportedFamilyError",
-    "activation_modules",
     "check_family",
     "context_length",
     "family_spec",
-    "neuron_count",
     "nonlinearity",
     "preactivation_modules",
     "projection_weight",
@@ -216,12 +214,6 @@ def preactivation_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [_resolve(block, spec.projection) for block in _layers(model, spec)]
 
 
-def activation_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The module applying the nonlinearity in every layer, in layer order (for checks, not for hooks)."""
-    spec = family_spec(model)
-    return [_resolve(block, spec.activation) for block in _layers(model, spec)]
-
-
 def projection_weight(module: torch.nn.Module) -> torch.Tensor:
     """The projection's weight as [n_neurons, d_in]: row k is neuron k's w (a view, not a copy).
 
@@ -236,19 +228,11 @@ def projection_weight(module: torch.nn.Module) -> torch.Tensor:
     raise TypeError(f"projection_weight: expected nn.Linear or Conv1D, got {type(module).__name__}")
 
 
-def _out_features(module: torch.nn.Module) -> int:
-    return projection_weight(module).shape[0]
-
-
-def neuron_count(model: torch.nn.Module) -> int:
-    """Total number of neurons: sum over layers of the projection's output width (d_ff per layer)."""
-    return sum(_out_features(m) for m in preactivation_modules(model))
-
-
-def nonlinearity(spec: FamilySpec) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The elementwise function mapping pre-activations to activations (the family's ``ACT2FN`` entry)."""
+def nonlinearity(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The elementwise function mapping pre-activations to activations, from its transformers ``ACT2FN`` name
+    (what :attr:`FamilySpec.nonlinearity` records)."""
     from transformers.activations import ACT2FN
 
-    if spec.nonlinearity not in ACT2FN:
-        raise ValueError(f"family {spec.model_type!r}: unknown nonlinearity {spec.nonlinearity!r}")
-    return ACT2FN[spec.nonlinearity]
+    if name not in ACT2FN:
+        raise ValueError(f"unknown nonlinearity {name!r}")
+    return ACT2FN[name]

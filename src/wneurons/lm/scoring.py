@@ -164,7 +164,7 @@ def _bos_record(n_bos: int, n_sequences: int) -> dict[str, Any]:
 # tokenization and the batched core
 
 
-def _tokenize(tokenizer, texts: Sequence[str], convention: str) -> tuple[np.ndarray, np.ndarray, int]:
+def tokenize(tokenizer, texts: Sequence[str], convention: str) -> tuple[np.ndarray, np.ndarray, int]:
     """Token ids of every text as one flat int64 array plus int64 offsets (CSR layout, ``len(texts) + 1``), and
     how many sequences start with a prepended BOS.
 
@@ -185,7 +185,7 @@ def _tokenize(tokenizer, texts: Sequence[str], convention: str) -> tuple[np.ndar
     return flat, offsets, n_bos
 
 
-def _padded_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def padded_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Right-padded ``[len(starts), max(lengths)]`` token ids, row i = ``flat[starts[i] : starts[i] + lengths[i]]``
     (pad id 0, masked anyway)."""
     cols = np.arange(int(lengths.max()))
@@ -193,7 +193,7 @@ def _padded_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
     return np.where(inside, flat[np.where(inside, starts[:, None] + cols[None, :], 0)], 0)
 
 
-def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """``log_softmax(logits)[..., target]`` in float32, shape of ``targets``.
 
     Computed as ``logit[target] - logsumexp(logit)`` on row chunks so no full float32/float64 copy of a bf16 or
@@ -210,11 +210,12 @@ def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
     return out.reshape(targets.shape)
 
 
-def _model_device(model) -> torch.device:
+def model_device(model) -> torch.device:
+    """The device of the model's (first) parameters, where its inputs go."""
     return next(model.parameters()).device
 
 
-def _batched_logprob_sums(
+def batched_logprob_sums(
     model,
     flat: np.ndarray,
     offsets: np.ndarray,
@@ -229,19 +230,19 @@ def _batched_logprob_sums(
     sums = np.zeros(n, dtype=np.float64)
     # Longest first: the largest batch comes first (memory peak shows at once) and neighbours have similar length.
     order = np.argsort(-(offsets[1:] - offsets[:-1]), kind="stable")
-    device = _model_device(model)
+    device = model_device(model)
     tracker = _Progress(n, "sentences", progress)
     with torch.inference_mode():
         for lo in range(0, n, batch_size):
             rows = order[lo : lo + batch_size]
             lengths = offsets[rows + 1] - offsets[rows]
-            ids = _padded_rows(flat, offsets[rows], lengths)
+            ids = padded_rows(flat, offsets[rows], lengths)
             ids_t = torch.from_numpy(ids).to(device)
             # Position t predicts token t+1; the last position predicts nothing, so it is not fed.
             inputs, targets = ids_t[:, :-1], ids_t[:, 1:]
             valid = torch.from_numpy(np.arange(1, ids.shape[1])[None, :] < lengths[:, None]).to(device)
             logits = model(input_ids=inputs, attention_mask=valid.long(), use_cache=False).logits
-            token_lp = _target_logprobs(logits, targets)
+            token_lp = target_logprobs(logits, targets)
             sums[rows] = token_lp.double().masked_fill(~valid, 0.0).sum(dim=1).cpu().numpy()
             tracker.advance(len(rows))
     return sums
@@ -267,9 +268,9 @@ def _score_texts(
         raise ValueError(f"unknown reduce {reduce!r}; valid: {', '.join(REDUCTIONS)}")
     if len(texts) == 0:
         return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64), 0
-    flat, offsets, n_bos = _tokenize(tokenizer, texts, convention)
+    flat, offsets, n_bos = tokenize(tokenizer, texts, convention)
     n_scored = offsets[1:] - offsets[:-1] - 1
-    sums = _batched_logprob_sums(model, flat, offsets, batch_size=batch_size, progress=progress)
+    sums = batched_logprob_sums(model, flat, offsets, batch_size=batch_size, progress=progress)
     return (sums / n_scored if reduce == "mean" else sums), n_scored, n_bos
 
 
@@ -542,14 +543,14 @@ def perplexity(
     windows = torch.from_numpy(ids[: n_windows * window].reshape(n_windows, window))
     if bos is not None:
         windows = torch.cat([torch.full((n_windows, 1), bos, dtype=windows.dtype), windows], dim=1)
-    device = _model_device(model)
+    device = model_device(model)
     nll = torch.empty(n_windows, windows.shape[1] - 1, dtype=torch.float32)
     tracker = _Progress(n_windows, "windows", progress)
     with torch.inference_mode():
         for lo in range(0, n_windows, batch_size):
             batch = windows[lo : lo + batch_size].to(device)
             logits = model(input_ids=batch[:, :-1], use_cache=False).logits
-            nll[lo : lo + batch_size] = -_target_logprobs(logits, batch[:, 1:]).cpu()
+            nll[lo : lo + batch_size] = -target_logprobs(logits, batch[:, 1:]).cpu()
             tracker.advance(batch.shape[0])
     token_nll = nll.reshape(-1).numpy()
     mean_nll = float(token_nll.astype(np.float64).mean())

@@ -17,9 +17,11 @@ import polars as pl
 import torch
 from matplotlib.figure import Figure
 
+from wneurons.core.pairs import input_distances
 from wneurons.experiment.grid import parse_condition_key
-from wneurons.lm.activations import ShardIndex
+from wneurons.lm import registry
 from wneurons.store.io import atomic_output
+from wneurons.store.shards import ShardIndex
 
 __all__ = ["figure1", "figure2a", "figure2b", "figure2c", "figure2d", "figure3", "figure4", "figure6b", "figure6cd"]
 
@@ -37,11 +39,7 @@ def _save(fig: Figure, out_path: str | os.PathLike) -> None:
 def _activation(nonlinearity: Nonlinearity) -> tuple[Callable[[torch.Tensor], torch.Tensor], str]:
     """The function and its label; a string is a transformers ``ACT2FN`` name (what ``FamilySpec`` records)."""
     if isinstance(nonlinearity, str):
-        from transformers.activations import ACT2FN
-
-        if nonlinearity not in ACT2FN:
-            raise ValueError(f"unknown nonlinearity {nonlinearity!r}")
-        return ACT2FN[nonlinearity], nonlinearity
+        return registry.nonlinearity(nonlinearity), nonlinearity
     return nonlinearity, getattr(nonlinearity, "__name__", type(nonlinearity).__name__)
 
 
@@ -88,9 +86,8 @@ class _NeuronView:
         activation = fn(torch.from_numpy(y)).numpy()
         n_pairs = len(index.md_positions) // 2
         positions = index.md_positions[: 2 * n_pairs]
-        x = np.asarray(index.x_md(layer)[: 2 * n_pairs], dtype=np.float64)
         y_md = y[positions]
-        d_x = np.linalg.norm(x[0::2] - x[1::2], axis=1)
+        d_x = input_distances(index.x_md(layer)[: 2 * n_pairs])
         d_y = np.abs(y_md[0::2] - y_md[1::2])
         keep = d_x > 0  # identical inputs have no defined ratio (as in stats.mapping_difficulty)
         d_x, d_y = d_x[keep], d_y[keep]
