@@ -226,7 +226,7 @@ def test_neuron_statistics_table_from_shards(tiny_model, tmp_path):
 
 
 def test_figures_1_and_2a_from_shards(tiny_model, tmp_path):
-    from wneurons.report.figures import figure1, figure2a
+    from wneurons.report.figures.neurons import figure1, figure2a
 
     shards = {}
     for family in ("llama", "opt"):

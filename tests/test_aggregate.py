@@ -100,13 +100,12 @@ def test_matched_gap_is_the_gap_ppl_json_shows(tmp_path, caplog, matched_ppl, co
     assert matched["matched_tolerance"] == 0.02
     assert matched["matched_converged"] is converged
     assert ("exceeds tolerance" in caplog.text) is not converged
-    from wneurons.report.figures import figure3, unmatched_controls
+    from wneurons.report.figures.ablations import figure3, unmatched_controls
 
     flagged = unmatched_controls(out)
     assert list(flagged) == ([] if converged else [1.0])
     if not converged:
         assert "NOT MATCHED at 1%: gap 3.3% > tolerance 2.0%" == flagged[1.0]
-        grammar = tmp_path / "grammar.json"
-        io.write_json(grammar, {**out, "benchmark": "blimp", "clean": {"overall": 0.8}, "conditions": {}})
-        figure3(tmp_path / "ppl.json", grammar, grammar, tmp_path / "f3.png")  # draws the mark (see its doc)
+        grammar = {**out, "benchmark": "blimp", "clean": {"overall": 0.8}, "conditions": {}}
+        figure3(out, grammar, grammar, tmp_path / "f3.png")  # draws the mark (see its doc)
         assert (tmp_path / "f3.png").stat().st_size > 0
