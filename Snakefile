@@ -32,10 +32,10 @@ include: "workflow/rules/report.smk"
 wildcard_constraints:
     model="[a-z0-9][a-z0-9._-]*",
     revision="[A-Za-z0-9._-]+",
-    benchmark="|".join(BENCHMARKS),
-    dataset="|".join(DATASETS),
+    benchmark="|".join(grid.BENCHMARKS),
+    dataset="|".join(grid.DATASETS),
     scope="all|[gcl][0-9]+",
-    selector="|".join(SELECTORS),
+    selector="|".join(grid.SELECTORS),
     percent="[0-9]+(\.[0-9]+)?",
     trial="[0-9]+",
 

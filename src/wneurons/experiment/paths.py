@@ -8,7 +8,7 @@ workflow's working directory.
 
 from __future__ import annotations
 
-from wneurons.experiment.grid import Condition
+from wneurons.experiment.grid import BENCHMARK_DATASETS, Condition
 
 RESULTS = "results"
 RESOURCES = "resources"
@@ -33,6 +33,11 @@ def benchmark_file(folder: str, stem: str = "") -> str:
 def dataset(name: str) -> str:
     """Verified copy of one data set (fetch_data): ``blimp``, ``tse`` or ``wikitext2``."""
     return f"{RESOURCES}/data/{name}"
+
+
+def benchmark_data(benchmark: str) -> str:
+    """The verified data set a benchmark reads (``ppl``: WikiText-2)."""
+    return dataset(BENCHMARK_DATASETS[benchmark])
 
 
 def converted_model(model: str) -> str:
