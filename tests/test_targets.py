@@ -48,7 +48,8 @@ def test_every_path_is_spelled_under_a_root_and_no_two_entries_coincide():
     for name, path in table.items():
         assert path.split("/")[0] in (paths.RESULTS, paths.RESOURCES), (name, path)
     assert table["neurons"] == "results/{model}/{revision}/neurons.parquet"
-    assert table["ablation"] == "results/{model}/{revision}/ablations/{scope}/{selector}/p{percent}/t{trial}/{benchmark}.json"
+    condition = "{scope}/{selector}/p{percent}/t{trial}"
+    assert table["ablation"] == f"results/{{model}}/{{revision}}/ablations/{condition}/{{benchmark}}.json"
     assert table["dataset"] == "resources/data/{name}" and paths.benchmark_data("ppl") == "resources/data/wikitext2"
     assert paths.log_file("score_clean", "{model}") == "logs/score_clean/{model}.log"
     assert paths.benchmark_file("replication_table") == "benchmarks/replication_table.tsv"
@@ -71,7 +72,8 @@ def test_a_condition_path_round_trips_through_the_condition_key():
     path = paths.ablation("m", "main", c, "tse")
     assert path == "results/m/main/ablations/g2/random/p0.5/t3/tse.json"
     scope, selector, percent, _ = path.split("/")[4:8]
-    assert grid.parse_condition_key(grid.condition_key(scope, selector, percent[1:])) == (c.scope, c.selector, c.percent)
+    key = grid.condition_key(scope, selector, percent[1:])
+    assert grid.parse_condition_key(key) == (c.scope, c.selector, c.percent)
 
 
 def test_the_snakefile_wildcards_cover_the_grid_vocabularies():

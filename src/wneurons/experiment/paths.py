@@ -15,6 +15,9 @@ RESOURCES = "resources"
 LOGS = "logs"
 BENCHMARK_LOGS = "benchmarks"  # Snakemake's `benchmark:` tables (runtime, memory), not the scored benchmarks
 FIGURES = f"{RESULTS}/figures"
+DATA = f"{RESOURCES}/data"
+ACTIVATIONS = f"{RESOURCES}/activations"
+KEPT_ACTIVATIONS = f"{RESOURCES}/kept-activations"
 
 
 # ---------------------------------------------------------------- logs and benchmark tables of the rules
@@ -32,7 +35,7 @@ def benchmark_file(folder: str, stem: str = "") -> str:
 # ---------------------------------------------------------------- resources: data, models, activations
 def dataset(name: str) -> str:
     """Verified copy of one data set (fetch_data): ``blimp``, ``tse`` or ``wikitext2``."""
-    return f"{RESOURCES}/data/{name}"
+    return f"{DATA}/{name}"
 
 
 def benchmark_data(benchmark: str) -> str:
@@ -52,13 +55,13 @@ def trained_suite(model: str) -> str:
 
 def shards(model: str, revision: str) -> str:
     """Activation shards of one revision (collect_activations); temporary unless ``neurons.keep_shards``."""
-    return f"{RESOURCES}/activations/{model}/{revision}"
+    return f"{ACTIVATIONS}/{model}/{revision}"
 
 
 def kept_shards(model: str, revision: str) -> str:
     """Hard links to the shards of a revision that a job reads after its statistics (Figure 1): they survive the
     deletion of the temporary shards and cost no disk of their own."""
-    return f"{RESOURCES}/kept-activations/{model}/{revision}"
+    return f"{KEPT_ACTIVATIONS}/{model}/{revision}"
 
 
 # ---------------------------------------------------------------- results of one checkpoint
