@@ -28,14 +28,15 @@ include: "workflow/rules/training.smk"
 include: "workflow/rules/report.smk"
 
 
+# The vocabularies' alternatives come from wneurons.experiment.grid, where the grid is enumerated.
 wildcard_constraints:
     model="[a-z0-9][a-z0-9._-]*",
     revision="[A-Za-z0-9._-]+",
-    benchmark="blimp|tse|ppl",
-    dataset="blimp|tse|wikitext2",
+    benchmark="|".join(grid.BENCHMARKS),
+    dataset="|".join(grid.DATASETS),
     scope="all|[gcl][0-9]+",
-    selector="wasserstein|random|lowest|matched",
-    fraction="[0-9]+(\.[0-9]+)?",
+    selector="|".join(grid.SELECTORS),
+    percent="[0-9]+(\.[0-9]+)?",
     trial="[0-9]+",
 
 
@@ -43,5 +44,4 @@ rule all:
     default_target: True
     input:
         all_targets,
-        analysis_targets,
     localrule: True

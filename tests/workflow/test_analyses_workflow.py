@@ -11,12 +11,13 @@ import yaml
 from tiny_project import dry_run_jobs, make_tiny_project, snakemake
 
 from wneurons.core.selection import top_percent_indices
+from wneurons.experiment import paths
+from wneurons.experiment.grid import Condition, format_percent
 
 pytestmark = pytest.mark.slow
 
-MODEL = "tiny-llama"
-BASE = f"results/{MODEL}/main"
-TARGETS = [f"results/figures/{f}.png" for f in ("figure3d", "figure5", "figure6a", "figure7")]
+MODEL, MAIN = "tiny-llama", "main"
+TARGETS = [paths.figure3d(), paths.figure5(), paths.figure6a(), paths.figure7()]
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +50,8 @@ def test_the_analyses_enumerate_their_jobs(analyses_run):
 
 def test_composition_is_recomputed_from_the_per_neuron_signs(analyses_run):
     root, _ = analyses_run
-    signs = pl.read_parquet(root / BASE / "pairs/signs.parquet")
-    comp = pl.read_parquet(root / BASE / "pairs/composition.parquet").filter(pl.col("percent") == 25)
+    signs = pl.read_parquet(root / paths.pair_signs(MODEL, MAIN))
+    comp = pl.read_parquet(root / paths.pair_composition(MODEL, MAIN)).filter(pl.col("percent") == 25)
     assert signs["layer"].n_unique() == 4 and comp.height == 4
     for row in comp.iter_rows(named=True):
         rows = signs.filter(pl.col("layer") == row["layer"])
@@ -62,25 +63,26 @@ def test_composition_is_recomputed_from_the_per_neuron_signs(analyses_run):
 
 def test_pos_surprisal_covers_every_scored_token_and_is_centred(analyses_run):
     root, _ = analyses_run
-    table = pl.read_parquet(root / BASE / "pos_surprisal.parquet")
-    items = pl.read_parquet(root / BASE / "clean/ppl.items.parquet")
+    table = pl.read_parquet(root / paths.pos_surprisal(MODEL, MAIN))
+    items = pl.read_parquet(root / paths.clean_items(MODEL, MAIN, "ppl"))
     assert table["n"].sum() == items.height
     assert (table["n"] * table["mean_shifted_dnll"]).sum() == pytest.approx(0.0, abs=1e-6)
-    tags = pl.read_parquet(root / f"results/{MODEL}/pos/valid.parquet")
+    tags = pl.read_parquet(root / paths.pos_tags(MODEL))
     assert tags.height == items.height and tags["upos"].null_count() == 0
 
 
 def test_layerwise_errors_are_clean_minus_ablated_accuracy(analyses_run):
     root, _ = analyses_run
-    table = pl.read_parquet(root / BASE / "layerwise_nn_vs_error.parquet")
+    table = pl.read_parquet(root / paths.layerwise_table(MODEL, MAIN))
     assert table["layer"].to_list() == [0, 2]
     percent = yaml.safe_load((root / "config.yaml").read_text())["ablation"]["percents"][0]
     for row in table.iter_rows(named=True):
         for bench in ("blimp", "tse"):
-            clean = pl.read_parquet(root / BASE / f"clean/{bench}.items.parquet")["correct"].mean()
-            path = root / BASE / f"ablations/l{row['layer'] + 1}/wasserstein/p{percent:g}/t0/{bench}.items.parquet"
+            clean = pl.read_parquet(root / paths.clean_items(MODEL, MAIN, bench))["correct"].mean()
+            single = Condition(f"l{row['layer'] + 1}", "wasserstein", format_percent(percent), 0)
+            path = root / paths.ablation_items(MODEL, MAIN, single, bench)
             assert row[f"err_{bench}"] == pytest.approx(clean - pl.read_parquet(path)["correct"].mean())
-    case = pl.read_csv(root / BASE / "case_study/figure5_pairs.csv")
+    case = pl.read_csv(root / paths.case_study_pairs(MODEL, MAIN))
     assert case.height == 4 and np.all(np.diff(case["r"].to_numpy()) <= 0)
 
 
@@ -88,15 +90,16 @@ def test_a_run_stopped_before_a_single_layer_job_resumes_with_it(analyses_run):
     # What a kill during the l3 BLiMP job leaves (atomic outputs): neither its files nor anything downstream.
     root, _ = analyses_run
     percent = yaml.safe_load((root / "config.yaml").read_text())["ablation"]["percents"][0]
-    before = pl.read_parquet(root / BASE / "layerwise_nn_vs_error.parquet")
-    for suffix in ("json", "items.parquet"):
-        (root / BASE / f"ablations/l3/wasserstein/p{percent:g}/t0/blimp.{suffix}").unlink()
-    for name in ("layerwise_nn_vs_error.parquet", "layerwise_correlations.json"):
-        (root / BASE / name).unlink()
-    (root / "results/figures/figure7.png").unlink()
+    before = pl.read_parquet(root / paths.layerwise_table(MODEL, MAIN))
+    l3 = Condition("l3", "wasserstein", format_percent(percent), 0)
+    for path in (paths.ablation(MODEL, MAIN, l3, "blimp"), paths.ablation_items(MODEL, MAIN, l3, "blimp")):
+        (root / path).unlink()
+    for path in (paths.layerwise_table(MODEL, MAIN), paths.layerwise_correlations(MODEL, MAIN)):
+        (root / path).unlink()
+    (root / paths.figure7()).unlink()
     jobs = dry_run_jobs(root, *TARGETS)
     assert jobs["score_ablation"] == 1 and jobs["layerwise"] == 1 and jobs["figure7"] == 1
     assert not {"pair_sample", "pair_signs", "pos_tags", "collect_activations"} & set(jobs)
     snakemake(root, "--cores", "2", *TARGETS)
-    after = pl.read_parquet(root / BASE / "layerwise_nn_vs_error.parquet")
+    after = pl.read_parquet(root / paths.layerwise_table(MODEL, MAIN))
     assert after.equals(before)  # deterministic scoring: the same errors again

@@ -17,6 +17,8 @@ import pytest
 import yaml
 from tiny_project import make_tiny_project, snakemake, tiny_config
 
+from wneurons.experiment import paths
+
 pytestmark = pytest.mark.slow
 
 MODEL = ("models", "tiny-llama")
@@ -67,7 +69,7 @@ def project(tmp_path_factory):
 
 
 def _assert_no_job_started(root) -> None:
-    for folder in ("results", "logs", "resources", ".snakemake/incomplete"):
+    for folder in (paths.RESULTS, paths.LOGS, paths.RESOURCES, ".snakemake/incomplete"):
         assert not (root / folder).exists() or not any((root / folder).iterdir()), f"{folder} was written"
 
 
@@ -117,14 +119,14 @@ def test_corrupt_data_fails_the_fetch_naming_the_file_and_leaves_nothing(tmp_pat
     sums.write_text(sums.read_text().replace(sums.read_text().split()[0], wrong, 1))
     expected = {"blimp": blimp.name, "tse": tse.name, "wikitext2": sums.read_text().split()[1]}
 
-    targets = [f"resources/data/{name}" for name in expected]
+    targets = [paths.dataset(name) for name in expected]
     proc = snakemake(root, "--cores", "2", "--keep-going", *targets, check=False, timeout=300)
     assert proc.returncode != 0
     for name, file_name in expected.items():
-        log = (root / f"logs/fetch_data/{name}.log").read_text()
+        log = (root / paths.log_file("fetch_data", name)).read_text()
         assert f"{file_name}: sha256 mismatch" in log, log
-        assert f"logs/fetch_data/{name}.log" in proc.stderr  # Snakemake points the user at the log
-    assert list(root.glob("resources/data/*")) == []  # no set, no temporary folder (pathlib globs dotfiles)
+        assert paths.log_file("fetch_data", name) in proc.stderr  # Snakemake points the user at the log
+    assert list(root.glob(paths.dataset("*"))) == []  # no set, no temporary folder (pathlib globs dotfiles)
 
 
 def test_inf_weights_fail_collection_naming_model_and_layer(tmp_path):
@@ -139,9 +141,9 @@ def test_inf_weights_fail_collection_naming_model_and_layer(tmp_path):
     weights[f"model.layers.{layer}.mlp.gate_proj.weight"][0, 0] = torch.inf
     save_file(weights, weights_path, metadata={"format": "pt"})
 
-    target = "resources/activations/tiny-llama/main"
+    target = paths.shards("tiny-llama", "main")
     proc = snakemake(root, "--cores", "2", target, check=False, timeout=300)
     assert proc.returncode != 0
-    log = (root / "logs/collect_activations/tiny-llama/main.log").read_text()
+    log = (root / paths.log_file("collect_activations", "tiny-llama/main")).read_text()
     assert f"tiny-llama: layer {layer} pre-activations contain NaN or inf" in log, log
-    assert list(root.glob("resources/activations/tiny-llama/*")) == []
+    assert list(root.glob(paths.shards("tiny-llama", "*"))) == []

@@ -31,6 +31,8 @@ import polars as pl
 import pytest
 from tiny_project import dry_run_jobs, make_tiny_project, snakemake_command
 
+from wneurons.experiment import paths
+from wneurons.experiment.grid import Condition
 from wneurons.report.compare import compare_result_trees
 
 pytestmark = pytest.mark.slow
@@ -159,16 +161,30 @@ def running_outputs(root: Path) -> list[str]:
     return sorted(outputs)
 
 
+def wildcards_of(template: str, path: str) -> dict[str, str] | None:
+    """The values of ``template``'s ``{name}`` parts in ``path`` (one path component each), or None."""
+    pattern = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(template))
+    match = re.fullmatch(pattern, path)
+    return match.groupdict() if match else None
+
+
+SHARDS = paths.shards("{model}", "{revision}")
+CONDITION = Condition("{scope}", "{selector}", "{percent}", "{trial}")
+ABLATION = paths.ablation("{model}", "{revision}", CONDITION, "{benchmark}")
+AGGREGATE = paths.aggregate("{model}", "{revision}", "{benchmark}")
+# output template -> (rule, log stem): the logs mirror the output's wildcards (see the rules)
+JOB_LOGS = {
+    SHARDS: ("collect_activations", "{model}/{revision}"),
+    ABLATION: ("score_ablation", "{model}/{revision}/{scope}/{selector}/p{percent}/t{trial}/{benchmark}"),
+    AGGREGATE: ("aggregate_scores", "{model}/{revision}/{benchmark}"),
+}
+
+
 def job_log(output: str) -> Path:
-    """The log file of the job writing ``output`` (logs mirror the output's wildcards; see the rules)."""
-    parts = Path(output).parts
-    if parts[:2] == ("resources", "activations"):
-        return Path("logs/collect_activations", *parts[2:]).with_suffix(".log")
-    if "ablations" in parts:
-        i = parts.index("ablations")
-        return Path("logs/score_ablation", *parts[1:i], *parts[i + 1 :]).with_suffix(".log")
-    if len(parts) == 4 and parts[0] == "results":  # results/{model}/{revision}/{benchmark}.json
-        return Path("logs/aggregate_scores", *parts[1:]).with_suffix(".log")
+    """The log file of the job writing ``output`` (a shard folder, a scored JSON or an aggregate)."""
+    for template, (rule, stem) in JOB_LOGS.items():
+        if (wildcards := wildcards_of(template, output)) is not None:
+            return Path(paths.log_file(rule, stem.format(**wildcards)))
     raise ValueError(f"no log mapping for {output}")
 
 
@@ -185,7 +201,7 @@ def result_files(root: Path, exclude: Sequence[str] = ()) -> dict[str, int]:
     folders) in ``exclude`` -> its mtime in ns. Activation shards are temporary (deleted once read): only their
     kept hard links count."""
     files = {}
-    for top in ("results", "resources/data", "resources/kept-activations"):
+    for top in (paths.RESULTS, paths.DATA, paths.KEPT_ACTIVATIONS):
         for p in (root / top).rglob("*") if (root / top).is_dir() else []:
             rel = p.relative_to(root)
             hidden = any(part.startswith(".") for part in rel.parts)
@@ -203,10 +219,7 @@ def assert_nothing_partial(root: Path) -> None:
             json.loads(path.read_text())
         elif path.suffix == ".parquet":
             pl.read_parquet(path)
-    for shard_dir in [
-        *(root / "resources/activations").glob("*/*"),
-        *(root / "resources/kept-activations").glob("*/*"),
-    ]:
+    for shard_dir in [*root.glob(paths.shards("*", "*")), *root.glob(paths.kept_shards("*", "*"))]:
         if not shard_dir.name.startswith("."):
             json.loads((shard_dir / "index.json").read_text())
 
@@ -214,7 +227,7 @@ def assert_nothing_partial(root: Path) -> None:
 def shard_digests(root: Path) -> dict[str, str]:
     """sha256 of every kept activation shard file (the .npy arrays compare_result_trees does not look at; the
     temporary shards are gone after a complete run, their kept hard links are not)."""
-    base = root / "resources/kept-activations"
+    base = root / paths.KEPT_ACTIVATIONS
     return {
         str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(base.rglob("*.npy"))
@@ -233,11 +246,12 @@ def reference(tmp_path_factory) -> tuple[Path, Counter]:
     return root, finished_jobs(out)
 
 
+ANY = {k: "*" for k in ("model", "revision", "scope", "selector", "percent", "trial", "benchmark")}
 # (name, which running outputs count, files that must be finished already, how many)
 KILL_POINTS = [
-    ("collect_activations", lambda o: o.startswith("resources/activations/"), "", 0),
-    ("score_ablation", lambda o: "/ablations/" in o, "results/*/*/ablations/**/*.json", 2),
-    ("aggregate_scores", lambda o: re.fullmatch(r"results/[^/]+/[^/]+/\w+\.json", o), "", 0),
+    ("collect_activations", lambda o: wildcards_of(SHARDS, o) is not None, "", 0),
+    ("score_ablation", lambda o: wildcards_of(ABLATION, o) is not None, ABLATION.format_map(ANY), 2),
+    ("aggregate_scores", lambda o: wildcards_of(AGGREGATE, o) is not None, "", 0),
 ]
 
 
@@ -291,8 +305,8 @@ def test_job_killed_like_an_oom_is_retried_with_more_memory(reference, tmp_path)
     ref_root, _ = reference
     root = tmp_path / "retry"
     shutil.copytree(ref_root, root, symlinks=True, ignore=shutil.ignore_patterns("locks", "run*.log"))
-    target = "results/tiny-llama/main/clean/ppl.json"
-    job_log_path = root / "logs/score_clean/tiny-llama/main/ppl.log"
+    target = paths.clean("tiny-llama", "main", "ppl")
+    job_log_path = root / paths.log_file("score_clean", "tiny-llama/main/ppl")
     for path in (root / target, job_log_path):
         path.unlink()
     log = root / "retry.log"
@@ -312,5 +326,5 @@ def test_job_killed_like_an_oom_is_retried_with_more_memory(reference, tmp_path)
     assert requested[1] > requested[0], f"attempt 2 must request more mem_mb: {requested}"
     assert finished_jobs(out) == Counter({"score_clean": 1})
     assert "Error in rule score_clean" in out  # attempt 1 failed ...
-    clean = "results/tiny-llama/main/clean"
+    clean = str(Path(target).parent)
     assert compare_result_trees(ref_root / clean, root / clean) == []  # ... and attempt 2 gave the same result

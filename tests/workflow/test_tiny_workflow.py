@@ -11,11 +11,15 @@ import re
 import polars as pl
 import pytest
 import yaml
-from tiny_project import dry_run_jobs, make_tiny_project, snakemake
+from tiny_project import dry_run_jobs, make_tiny_project, snakemake, tiny_grid
 
 from wneurons.core.selection import select_neurons
+from wneurons.experiment import paths
+from wneurons.experiment.grid import BENCHMARKS, Condition, conditions_for
 
 pytestmark = pytest.mark.slow
+
+MODEL, MAIN = "tiny-llama", "main"
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +31,8 @@ def tiny_run(tmp_path_factory):
 
 
 def test_all_results_written_with_provenance(tiny_run):
-    base = tiny_run / "results/tiny-llama/main"
-    for bench in ("blimp", "tse", "ppl"):
-        result = json.loads((base / f"{bench}.json").read_text())
+    for bench in BENCHMARKS:
+        result = json.loads((tiny_run / paths.aggregate(MODEL, MAIN, bench)).read_text())
         assert result["model"] == "tiny-llama" and result["revision"] == "main"
         prov = result["provenance"]
         for key in ("data_sha256", "convention", "wneurons_version", "revision"):
@@ -49,14 +52,14 @@ def test_all_results_written_with_provenance(tiny_run):
             assert cond["cohort_source"] == "main" and cond["count_rule"] == "authors"
             assert set(cond["neurons_per_layer"]) == {str(layer) for layer in cond["layers"]}
     # the matched control's gap is the one ppl.json shows: the search scored the ppl job's own stream
-    ppl = json.loads((base / "ppl.json").read_text())["conditions"]
-    search = json.loads((base / "ablations/all/matched/p5/search.json").read_text())
+    ppl = json.loads((tiny_run / paths.aggregate(MODEL, MAIN, "ppl")).read_text())["conditions"]
+    search = json.loads((tiny_run / paths.matched_search(MODEL, MAIN, "all", "5")).read_text())
     gap = abs(ppl["all/matched/p5"]["scores"]["perplexity"] / ppl["all/wasserstein/p5"]["scores"]["perplexity"] - 1)
     assert ppl["all/matched/p5"]["matched_gap"] == pytest.approx(gap) == pytest.approx(search["relative_gap"])
     assert ppl["all/matched/p5"]["matched_converged"] == search["converged"] == (gap <= 0.05)
-    assert (base / "neurons.parquet").stat().st_size > 0
-    for fig in ("figure1.png", "figure2a.png", "figure3/tiny-llama/main.png", "figure4/tiny-llama/main.png"):
-        assert (tiny_run / "results/figures" / fig).stat().st_size > 0
+    assert (tiny_run / paths.neurons(MODEL, MAIN)).stat().st_size > 0
+    for fig in (paths.figure1(), paths.figure2a(), paths.figure3(MODEL, MAIN), paths.figure4(MODEL, MAIN)):
+        assert (tiny_run / fig).stat().st_size > 0
 
 
 ITEM_COLUMNS = {
@@ -73,13 +76,19 @@ def test_per_item_results_beside_every_scoring_json(tiny_run):
 
     from wneurons.store.io import read_parquet_metadata
 
-    base = tiny_run / "results/tiny-llama/main"
-    jsons = sorted(base.glob("clean/*.json")) + sorted(base.glob("ablations/*/*/p*/t*/*.json"))
-    assert len(jsons) == 3 * (1 + 7)  # clean + wasserstein, 2 random, matched, g1, g2, c2; on 3 benchmarks
-    for path in jsons:
-        result = json.loads(path.read_text())
+    conditions = conditions_for(tiny_grid(tiny_run), MODEL, MAIN)
+    assert len(conditions) == 7  # wasserstein, 2 random, matched, g1, g2, c2
+    scored = [(paths.clean(MODEL, MAIN, b), paths.clean_items(MODEL, MAIN, b)) for b in BENCHMARKS]
+    for c in conditions:
+        scored += [(paths.ablation(MODEL, MAIN, c, b), paths.ablation_items(MODEL, MAIN, c, b)) for b in BENCHMARKS]
+    every = Condition("*", "*", "*", "*")
+    on_disk = [*tiny_run.glob(paths.clean(MODEL, MAIN, "*")), *tiny_run.glob(paths.ablation(MODEL, MAIN, every, "*"))]
+    assert sorted(str(p.relative_to(tiny_run)) for p in on_disk) == sorted(j for j, _ in scored)
+    for json_path, items_path in scored:
+        result = json.loads((tiny_run / json_path).read_text())
         bench, scores = result["benchmark"], result["scores"]
-        items_path = path.with_name(f"{bench}.items.parquet")
+        assert json_path.endswith(f"/{bench}.json")
+        items_path = tiny_run / items_path
         items = pl.read_parquet(items_path)
         assert items.columns == ITEM_COLUMNS[bench], items_path
         meta = read_parquet_metadata(items_path)
@@ -103,11 +112,11 @@ def test_nothing_left_to_do_after_a_complete_run(tiny_run):
 def test_paired_tables_claims_table_explorer_and_report(tiny_run):
     import polars as pl
 
-    base = tiny_run / "results/tiny-llama/main"
     # The paired drop of W vs clean is the difference of the two per-item files' accuracies.
-    clean = pl.read_parquet(base / "clean/blimp.items.parquet")
-    w = pl.read_parquet(base / "ablations/all/wasserstein/p5/t0/blimp.items.parquet")
-    paired = pl.read_parquet(base / "paired/blimp.parquet")
+    clean = pl.read_parquet(tiny_run / paths.clean_items(MODEL, MAIN, "blimp"))
+    w_condition = Condition("all", "wasserstein", "5", 0)
+    w = pl.read_parquet(tiny_run / paths.ablation_items(MODEL, MAIN, w_condition, "blimp"))
+    paired = pl.read_parquet(tiny_run / paths.paired(MODEL, MAIN, "blimp"))
     row = paired.filter(
         (pl.col("reference") == "clean") & (pl.col("condition") == "all/wasserstein/p5") & (pl.col("group") == "all")
     ).row(0, named=True)
@@ -115,24 +124,24 @@ def test_paired_tables_claims_table_explorer_and_report(tiny_run):
     vs_random = paired.filter((pl.col("reference") == "all/random/p5") & (pl.col("group") == "all"))
     assert sorted(vs_random["trial"]) == ["pooled", "t0", "t1"]
     # The perplexity ratio over windows reproduces ppl.json's two perplexities.
-    ppl = json.loads((base / "ppl.json").read_text())
+    ppl = json.loads((tiny_run / paths.aggregate(MODEL, MAIN, "ppl")).read_text())
     ratio = ppl["conditions"]["all/wasserstein/p5"]["scores"]["perplexity"] / ppl["clean"]["perplexity"]
-    ppl_paired = pl.read_parquet(base / "paired/ppl.parquet")
+    ppl_paired = pl.read_parquet(tiny_run / paths.paired(MODEL, MAIN, "ppl"))
     w_ppl = ppl_paired.filter((pl.col("reference") == "clean") & (pl.col("condition") == "all/wasserstein/p5"))
     assert w_ppl["ratio"][0] == pytest.approx(ratio, rel=1e-4)
     # Every claim has a row; the run's own model is checked where the claim applies to it.
-    claims = json.loads((tiny_run / "results/replication.json").read_text())["claims"]
+    claims = json.loads((tiny_run / paths.replication_json()).read_text())["claims"]
     assert {r["id"] for r in claims} == {f"C{i}" for i in range(1, 30)}
     ours = {r["id"]: r for r in claims if r["model"] == "tiny-llama (not in paper)"}
     assert ours["C1"]["verdict"] != "not run" and ours["C11"]["verdict"] == "not run"  # C11 is about 1%: not run
-    assert "| C27 |" in (tiny_run / "results/replication.md").read_text()
+    assert "| C27 |" in (tiny_run / paths.replication_md()).read_text()
     # The explorer: one page per listed neuron (top 5 of each of 4 layers) and the one-file bundle.
-    pages = sorted(p.name for p in (base / "explorer").glob("*.html"))
+    pages = sorted(p.name for p in (tiny_run / paths.explorer(MODEL, MAIN)).glob("*.html"))
     assert len(pages) == 4 * 5 + 1 and "index.html" in pages
-    assert (base / "explorer.html").stat().st_size > 0
+    assert (tiny_run / paths.explorer_bundle(MODEL, MAIN)).stat().st_size > 0
     # The single-file report with the claims table and the explorer in it.
-    snakemake(tiny_run, "--report", "report.html")
-    report = (tiny_run / "report.html").read_text()
+    snakemake(tiny_run, "--report", paths.report())
+    report = (tiny_run / paths.report()).read_text()
     assert "replication.html" in report and "explorer.html" in report
 
 
@@ -170,8 +179,8 @@ def test_changing_md_pairs_recomputes_the_statistics_of_that_revision(tiny_run):
 
 
 def test_shards_are_deleted_after_statistics_and_nothing_reruns(tiny_run):
-    assert not (tiny_run / "resources/activations/tiny-llama/main").exists()  # temp(): gone once read
-    kept = tiny_run / "resources/kept-activations/tiny-llama/main"  # Figure 1's hard links
+    assert not (tiny_run / paths.shards(MODEL, MAIN)).exists()  # temp(): gone once read
+    kept = tiny_run / paths.kept_shards(MODEL, MAIN)  # Figure 1's hard links
     assert (kept / "index.json").is_file() and len(list(kept.glob("*.npy"))) == 2 * 4
     assert dry_run_jobs(tiny_run) == {}
 
@@ -185,7 +194,7 @@ def _with_checkpoint(selection):
 
 
 def test_checkpoint_ablations_use_the_final_revisions_neurons(tiny_run):
-    target = "results/tiny-llama/step1/ablations/all/wasserstein/p5/t0/blimp.json"
+    target = paths.ablation(MODEL, "step1", Condition("all", "wasserstein", "5", 0), "blimp")
     original = _edit_config(tiny_run, _with_checkpoint("final"))
     try:
         assert dry_run_jobs(tiny_run, target) == {"score_ablation": 1}  # no collection at step1: main's table
@@ -195,8 +204,8 @@ def test_checkpoint_ablations_use_the_final_revisions_neurons(tiny_run):
         assert dry_run_jobs(tiny_run, other) == {"collect_activations": 1, "neuron_stats": 1, "score_ablation": 1}
     finally:
         (tiny_run / "config.yaml").write_text(original)
-    final_table = tiny_run / "results/tiny-llama/main/neurons.parquet"
-    assert not (tiny_run / "results/tiny-llama/step1/neurons.parquet").exists()
+    final_table = tiny_run / paths.neurons(MODEL, MAIN)
+    assert not (tiny_run / paths.neurons(MODEL, "step1")).exists()
     result = json.loads((tiny_run / target).read_text())
     assert result["condition"]["cohort_source"] == "main"
     assert result["provenance"]["neurons_sha256"] == hashlib.sha256(final_table.read_bytes()).hexdigest()
@@ -204,25 +213,33 @@ def test_checkpoint_ablations_use_the_final_revisions_neurons(tiny_run):
     assert result["condition"]["neurons"] == {str(k): v.tolist() for k, v in expected.items()}
 
 
+def _single_layer_jsons(layers: range) -> dict[str, str]:
+    """Scored JSON of each single-layer scope (``l1`` = layer index 0) and benchmark -> its scope."""
+    return {
+        paths.ablation(MODEL, MAIN, Condition(f"l{k + 1}", "wasserstein", "5", 0), b): f"l{k + 1}"
+        for k in layers
+        for b in BENCHMARKS
+    }
+
+
 def _single_layer_outputs(root, layers):
+    """The single-layer ablation JSONs (of any of the model's 4 layers) that a dry run of `all` would write."""
+
     def edit(config):
-        config["ablation"]["single_layers"] = {"models": ["tiny-llama"], "percents": [5], "layers": layers}
+        config["ablation"]["single_layers"] = {"models": [MODEL], "percents": [5], "layers": layers}
 
     original = _edit_config(root, edit)
     try:
         out = snakemake(root, "-n", "all").stdout
     finally:
         (root / "config.yaml").write_text(original)
-    return re.findall(r"output: (results/tiny-llama/main/ablations/l\d+/[^\s,]+)", out)
+    outputs = {o for line in re.findall(r"output: (.+)", out) for o in line.split(", ")}
+    return sorted(outputs & set(_single_layer_jsons(range(4))))
 
 
 def test_single_layer_scopes_enumerate_one_job_per_layer_and_benchmark(tiny_run):
     outputs = _single_layer_outputs(tiny_run, None)
-    expected = {
-        f"results/tiny-llama/main/ablations/l{k}/wasserstein/p5/t0/{b}.json"
-        for k in range(1, 5)
-        for b in ("blimp", "tse", "ppl")
-    }
-    assert sorted(outputs) == sorted(expected)
+    assert outputs == sorted(_single_layer_jsons(range(4)))
     subset = _single_layer_outputs(tiny_run, [0, 2])
-    assert {o.split("/")[4] for o in subset} == {"l1", "l3"} and len(subset) == 6
+    scopes = _single_layer_jsons(range(4))
+    assert {scopes[o] for o in subset} == {"l1", "l3"} and len(subset) == 6

@@ -29,7 +29,8 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _write_checksums(data_dir: Path, out: Path) -> None:
+def write_checksums(data_dir: Path, out: Path) -> None:
+    """``sha256sum``-style lines for every file of ``data_dir`` (what the config's ``checksums`` files hold)."""
     lines = [f"{_sha256(p)}  {p.name}" for p in sorted(data_dir.iterdir())]
     out.write_text("\n".join(lines) + "\n")
 
@@ -139,20 +140,29 @@ def make_tiny_project(root: Path) -> Path:
     _wikitext(root / "src/wikitext2")
     (root / "checksums").mkdir()
     for name in ("blimp", "tse", "wikitext2"):
-        _write_checksums(root / "src" / name, root / "checksums" / f"{name}.sha256")
+        write_checksums(root / "src" / name, root / "checksums" / f"{name}.sha256")
     config_path = root / "config.yaml"
     config_path.write_text(yaml.safe_dump(tiny_config(root), sort_keys=False))
     return config_path
 
 
-def snakemake_command(root: Path, *args: str, threads: bool = True) -> list[str]:
-    """The command line that runs the repository's Snakefile in ``root`` with its config.yaml (replacing the
-    paper grid), followed by ``args``. ``threads``: jobs run in threads of the Snakemake process, as with `make
-    demo` and profiles/local (wneurons.jobs.inprocess); else each job is a process of its own, as under SLURM."""
+def tiny_grid(root: Path) -> dict:
+    """The validated config of the project under ``root`` (defaults filled), for the grid and target functions."""
+    from wneurons.experiment.config import validate_config
+
+    config = yaml.safe_load((root / "config.yaml").read_text())
+    return validate_config(config, REPO / "workflow/schemas/config.schema.yaml", root)
+
+
+def snakemake_command(root: Path, *args: str, threads: bool = True, snakefile: Path | None = None) -> list[str]:
+    """The command line that runs the repository's Snakefile (or ``snakefile``) in ``root`` with its config.yaml
+    (replacing the paper grid), followed by ``args``. ``threads``: jobs run in threads of the Snakemake process, as
+    with `make demo` and profiles/local (wneurons.jobs.inprocess); else each job is a process of its own, as under
+    SLURM."""
     return [
         *SNAKEMAKE,
         "-s",
-        str(REPO / "Snakefile"),
+        str(snakefile or REPO / "Snakefile"),
         "-d",
         str(root),
         "--configfile",
@@ -162,18 +172,20 @@ def snakemake_command(root: Path, *args: str, threads: bool = True) -> list[str]
     ]
 
 
-def snakemake(root: Path, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(
+    root: Path, *args: str, timeout: float = 900, check: bool = True, snakefile: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run :func:`snakemake_command` to completion; output captured, failure raised unless ``check`` is False."""
-    cmd = snakemake_command(root, *args)
+    cmd = snakemake_command(root, *args, snakefile=snakefile)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
 
 
-def dry_run_jobs(root: Path, *args: str) -> dict[str, int]:
+def dry_run_jobs(root: Path, *args: str, snakefile: Path | None = None) -> dict[str, int]:
     """Job counts per rule that a dry run of ``args`` (targets, options) would execute."""
-    proc = snakemake(root, "-n", *args, "--quiet", "rules")  # --quiet takes a list: it must come last
+    proc = snakemake(root, "-n", *args, "--quiet", "rules", snakefile=snakefile)  # --quiet takes a list: last
     counts: dict[str, int] = {}
     for line in proc.stdout.splitlines():
         parts = line.split()

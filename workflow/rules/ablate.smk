@@ -3,12 +3,12 @@ rule score_clean:
         model=model_dir,
         data=score_data,
     output:
-        json=clean_path("{model}", "{revision}", "{benchmark}"),
-        per_item=clean_items_path("{model}", "{revision}", "{benchmark}"),
+        json=paths.clean("{model}", "{revision}", "{benchmark}"),
+        per_item=paths.clean_items("{model}", "{revision}", "{benchmark}"),
     log:
-        "logs/score_clean/{model}/{revision}/{benchmark}.log",
+        paths.log_file("score_clean", "{model}/{revision}/{benchmark}"),
     benchmark:
-        "benchmarks/score_clean/{model}/{revision}/{benchmark}.tsv"
+        paths.benchmark_file("score_clean", "{model}/{revision}/{benchmark}")
     threads: 1
     resources:
         gpu=1,
@@ -25,11 +25,11 @@ rule matched_search:
     input:
         unpack(matched_search_inputs),
     output:
-        matched_search_path("{model}", "{revision}", "{scope}", "{fraction}"),
+        paths.matched_search("{model}", "{revision}", "{scope}", "{percent}"),
     log:
-        "logs/matched_search/{model}/{revision}/{scope}/p{fraction}.log",
+        paths.log_file("matched_search", "{model}/{revision}/{scope}/p{percent}"),
     benchmark:
-        "benchmarks/matched_search/{model}/{revision}/{scope}/p{fraction}.tsv"
+        paths.benchmark_file("matched_search", "{model}/{revision}/{scope}/p{percent}")
     threads: 1
     resources:
         gpu=1,
@@ -47,14 +47,20 @@ rule score_ablation:
     input:
         unpack(ablation_inputs),
     output:
-        json=ablation_path("{model}", "{revision}", WILDCARD_CONDITION, "{benchmark}"),
-        per_item=ablation_items_path(
+        json=paths.ablation("{model}", "{revision}", WILDCARD_CONDITION, "{benchmark}"),
+        per_item=paths.ablation_items(
             "{model}", "{revision}", WILDCARD_CONDITION, "{benchmark}"
         ),
     log:
-        "logs/score_ablation/{model}/{revision}/{scope}/{selector}/p{fraction}/t{trial}/{benchmark}.log",
+        paths.log_file(
+            "score_ablation",
+            "{model}/{revision}/{scope}/{selector}/p{percent}/t{trial}/{benchmark}",
+        ),
     benchmark:
-        "benchmarks/score_ablation/{model}/{revision}/{scope}/{selector}/p{fraction}/t{trial}/{benchmark}.tsv"
+        paths.benchmark_file(
+            "score_ablation",
+            "{model}/{revision}/{scope}/{selector}/p{percent}/t{trial}/{benchmark}",
+        )
     threads: 1
     resources:
         gpu=1,
@@ -72,11 +78,11 @@ rule aggregate_scores:
     input:
         condition_results,
     output:
-        aggregate_path("{model}", "{revision}", "{benchmark}"),
+        paths.aggregate("{model}", "{revision}", "{benchmark}"),
     log:
-        "logs/aggregate_scores/{model}/{revision}/{benchmark}.log",
+        paths.log_file("aggregate_scores", "{model}/{revision}/{benchmark}"),
     benchmark:
-        "benchmarks/aggregate_scores/{model}/{revision}/{benchmark}.tsv"
+        paths.benchmark_file("aggregate_scores", "{model}/{revision}/{benchmark}")
     localrule: True
     run:
         run_script(

@@ -1,10 +1,10 @@
 rule fetch_data:
     output:
-        directory(dataset_path("{dataset}")),
+        directory(paths.dataset("{dataset}")),
     log:
-        "logs/fetch_data/{dataset}.log",
+        paths.log_file("fetch_data", "{dataset}"),
     benchmark:
-        "benchmarks/fetch_data/{dataset}.tsv"
+        paths.benchmark_file("fetch_data", "{dataset}")
     localrule: True
     params:
         spec=dataset_spec,
@@ -16,11 +16,11 @@ rule convert_gguf_model:
     input:
         gguf_input,
     output:
-        directory(converted_model_path("{model}")),
+        directory(paths.converted_model("{model}")),
     log:
-        "logs/convert_gguf_model/{model}.log",
+        paths.log_file("convert_gguf_model", "{model}"),
     benchmark:
-        "benchmarks/convert_gguf_model/{model}.tsv"
+        paths.benchmark_file("convert_gguf_model", "{model}")
     resources:
         mem_mb=mem_mb,
         runtime=runtime,

@@ -1,13 +1,13 @@
 rule collect_activations:
     input:
         model=model_dir,
-        wikitext=wikitext_dir,
+        wikitext=paths.dataset("wikitext2"),
     output:
         shards_output(),
     log:
-        "logs/collect_activations/{model}/{revision}.log",
+        paths.log_file("collect_activations", "{model}/{revision}"),
     benchmark:
-        "benchmarks/collect_activations/{model}/{revision}.tsv"
+        paths.benchmark_file("collect_activations", "{model}/{revision}")
     threads: 2
     resources:
         gpu=1,
@@ -25,13 +25,13 @@ rule collect_activations:
 
 rule neuron_stats:
     input:
-        shards=shards_path("{model}", "{revision}"),
+        shards=paths.shards("{model}", "{revision}"),
     output:
-        neurons_path("{model}", "{revision}"),
+        paths.neurons("{model}", "{revision}"),
     log:
-        "logs/neuron_stats/{model}/{revision}.log",
+        paths.log_file("neuron_stats", "{model}/{revision}"),
     benchmark:
-        "benchmarks/neuron_stats/{model}/{revision}.tsv"
+        paths.benchmark_file("neuron_stats", "{model}/{revision}")
     threads: 2
     resources:
         mem_mb=mem_mb,
@@ -45,13 +45,13 @@ rule neuron_stats:
 
 rule keep_activations:
     input:
-        shards=shards_path("{model}", "{revision}"),
+        shards=paths.shards("{model}", "{revision}"),
     output:
-        directory(kept_shards_path("{model}", "{revision}")),
+        directory(paths.kept_shards("{model}", "{revision}")),
     log:
-        "logs/keep_activations/{model}/{revision}.log",
+        paths.log_file("keep_activations", "{model}/{revision}"),
     benchmark:
-        "benchmarks/keep_activations/{model}/{revision}.tsv"
+        paths.benchmark_file("keep_activations", "{model}/{revision}")
     localrule: True
     run:
         run_script(

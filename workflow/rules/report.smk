@@ -2,11 +2,11 @@ rule paired_stats:
     input:
         unpack(paired_inputs),
     output:
-        paired_path("{model}", "{revision}", "{benchmark}"),
+        paths.paired("{model}", "{revision}", "{benchmark}"),
     log:
-        "logs/paired_stats/{model}/{revision}/{benchmark}.log",
+        paths.log_file("paired_stats", "{model}/{revision}/{benchmark}"),
     benchmark:
-        "benchmarks/paired_stats/{model}/{revision}/{benchmark}.tsv"
+        paths.benchmark_file("paired_stats", "{model}/{revision}/{benchmark}")
     localrule: True
     params:
         conditions=paired_conditions,
@@ -20,17 +20,17 @@ rule replication_table:
     input:
         replication_inputs,
     output:
-        md=replication_path("md"),
-        json=replication_path("json"),
+        md=paths.replication_md(),
+        json=paths.replication_json(),
         html=report(
-            replication_path("html"),
+            paths.replication_html(),
             caption="../report/replication.rst",
             category="Replication",
         ),
     log:
-        "logs/replication_table.log",
+        paths.log_file("replication_table"),
     benchmark:
-        "benchmarks/replication_table.tsv"
+        paths.benchmark_file("replication_table")
     localrule: True
     params:
         run=replication_run,
@@ -44,16 +44,16 @@ rule explorer:
     input:
         unpack(explorer_inputs),
     output:
-        site=directory(explorer_path("{model}", "{revision}")),
+        site=directory(paths.explorer("{model}", "{revision}")),
         bundle=report(
-            explorer_bundle_path("{model}", "{revision}"),
+            paths.explorer_bundle("{model}", "{revision}"),
             caption="../report/explorer.rst",
             category="Neuron explorer",
         ),
     log:
-        "logs/explorer/{model}/{revision}.log",
+        paths.log_file("explorer", "{model}/{revision}"),
     benchmark:
-        "benchmarks/explorer/{model}/{revision}.tsv"
+        paths.benchmark_file("explorer", "{model}/{revision}")
     params:
         model=model_spec,
         spec=explorer_params,

@@ -1,38 +1,37 @@
 # Training dynamics over checkpoints (paper §2.3 Fig. 2b-d, §6 Fig. 6c-d): cohorts chosen at the final revision,
-# followed through every checkpoint; the weight grid read without a forward pass; the integrity gate.
+# followed through every checkpoint; the weight grid read without a forward pass; the integrity gate (Figures 2b-d,
+# 6b-d: figures.smk).
 
 
 rule train_suite:
     input:
-        wikitext="resources/data/wikitext2",
+        wikitext=paths.dataset("wikitext2"),
     output:
-        directory(trained_suite_path("{model}")),
+        directory(paths.trained_suite("{model}")),
     log:
-        "logs/train_suite/{model}.log",
+        paths.log_file("train_suite", "{model}"),
     benchmark:
-        "benchmarks/train_suite/{model}.tsv"
-    conda:
-        "../../environment.yml"
+        paths.benchmark_file("train_suite", "{model}")
     threads: 1
     resources:
         mem_mb=mem_mb,
         runtime=runtime,
     params:
         suite=suite_train_params,
-    script:
-        "../scripts/train_suite.py"
+    run:
+        run_script("train_suite.py", input, output, params, wildcards, threads, log)
 
 
 rule weight_rows:
     input:
-        weight_rows_inputs,
+        model_dir,
     output:
-        rows=weight_rows_path("{model}", "{revision}"),
-        record=weight_record_path("{model}", "{revision}"),
+        rows=paths.weight_rows("{model}", "{revision}"),
+        record=paths.weight_record("{model}", "{revision}"),
     log:
-        "logs/weight_rows/{model}/{revision}.log",
+        paths.log_file("weight_rows", "{model}/{revision}"),
     benchmark:
-        "benchmarks/weight_rows/{model}/{revision}.tsv"
+        paths.benchmark_file("weight_rows", "{model}/{revision}")
     threads: 1
     resources:
         mem_mb=mem_mb,
@@ -48,11 +47,11 @@ rule checkpoint_integrity:
     input:
         integrity_inputs,
     output:
-        training_path("{model}", "integrity.json"),
+        paths.integrity("{model}"),
     log:
-        "logs/checkpoint_integrity/{model}.log",
+        paths.log_file("checkpoint_integrity", "{model}"),
     benchmark:
-        "benchmarks/checkpoint_integrity/{model}.tsv"
+        paths.benchmark_file("checkpoint_integrity", "{model}")
     localrule: True
     params:
         final_revision=final_revision_of,
@@ -73,11 +72,11 @@ rule cohorts:
     input:
         unpack(cohorts_inputs),
     output:
-        training_path("{model}", "cohorts.json"),
+        paths.cohorts("{model}"),
     log:
-        "logs/cohorts/{model}.log",
+        paths.log_file("cohorts", "{model}"),
     benchmark:
-        "benchmarks/cohorts/{model}.tsv"
+        paths.benchmark_file("cohorts", "{model}")
     localrule: True
     params:
         model=model_spec_final,
@@ -90,12 +89,12 @@ rule emergence:
     input:
         unpack(emergence_inputs),
     output:
-        table=training_path("{model}", "emergence.parquet"),
-        summary=training_path("{model}", "emergence.json"),
+        table=paths.emergence_table("{model}"),
+        summary=paths.emergence_summary("{model}"),
     log:
-        "logs/emergence/{model}.log",
+        paths.log_file("emergence", "{model}"),
     benchmark:
-        "benchmarks/emergence/{model}.tsv"
+        paths.benchmark_file("emergence", "{model}")
     localrule: True
     params:
         model=model_spec_final,
@@ -110,11 +109,11 @@ rule cosine_drift:
     input:
         unpack(cosine_drift_inputs),
     output:
-        training_path("{model}", "cosine_drift.parquet"),
+        paths.cosine_drift("{model}"),
     log:
-        "logs/cosine_drift/{model}.log",
+        paths.log_file("cosine_drift", "{model}"),
     benchmark:
-        "benchmarks/cosine_drift/{model}.tsv"
+        paths.benchmark_file("cosine_drift", "{model}")
     localrule: True
     params:
         model=model_spec_final,
@@ -127,12 +126,12 @@ rule ablation_vs_wd:
     input:
         unpack(ablation_vs_wd_inputs),
     output:
-        table=training_path("{model}", "ablation_vs_wd.parquet"),
-        summary=training_path("{model}", "ablation_vs_wd.json"),
+        table=paths.ablation_vs_wd_table("{model}"),
+        summary=paths.ablation_vs_wd_summary("{model}"),
     log:
-        "logs/ablation_vs_wd/{model}.log",
+        paths.log_file("ablation_vs_wd", "{model}"),
     benchmark:
-        "benchmarks/ablation_vs_wd/{model}.tsv"
+        paths.benchmark_file("ablation_vs_wd", "{model}")
     localrule: True
     params:
         model=model_spec_final,
@@ -142,66 +141,15 @@ rule ablation_vs_wd:
         run_script("ablation_vs_wd.py", input, output, params, wildcards, threads, log)
 
 
-rule figure2bd:
-    input:
-        unpack(figure2bd_inputs),
-    output:
-        b=report(figure2b_path(), caption="../report/figure2b.rst", category="Training"),
-        d=report(figure2d_path(), caption="../report/figure2d.rst", category="Training"),
-    log:
-        "logs/figures/figure2bd.log",
-    benchmark:
-        "benchmarks/figures/figure2bd.tsv"
-    localrule: True
-    params:
-        models=training_models(),
-    run:
-        run_script("figure2bd.py", input, output, params, wildcards, threads, log)
-
-
-rule figure2c:
-    input:
-        figure2c_inputs,
-    output:
-        report(figure2c_path(), caption="../report/figure2c.rst", category="Training"),
-    log:
-        "logs/figures/figure2c.log",
-    benchmark:
-        "benchmarks/figures/figure2c.tsv"
-    localrule: True
-    params:
-        models=drift_models(),
-    run:
-        run_script("figure2c.py", input, output, params, wildcards, threads, log)
-
-
-rule figure6cd:
-    input:
-        unpack(figure6cd_inputs),
-    output:
-        report(
-            figure6cd_path("{model}"),
-            caption="../report/figure6cd.rst",
-            category="Training",
-        ),
-    log:
-        "logs/figures/figure6cd/{model}.log",
-    benchmark:
-        "benchmarks/figures/figure6cd/{model}.tsv"
-    localrule: True
-    run:
-        run_script("figure6cd.py", input, output, params, wildcards, threads, log)
-
-
 rule pair_signs_over_training:
     input:
         unpack(pair_signs_training_inputs),
     output:
-        training_path("{model}", "pair_signs.parquet"),
+        paths.pair_signs_training("{model}"),
     log:
-        "logs/pair_signs_over_training/{model}.log",
+        paths.log_file("pair_signs_over_training", "{model}"),
     benchmark:
-        "benchmarks/pair_signs_over_training/{model}.tsv"
+        paths.benchmark_file("pair_signs_over_training", "{model}")
     localrule: True
     params:
         model=model_spec_final,
@@ -217,21 +165,3 @@ rule pair_signs_over_training:
             threads,
             log,
         )
-
-
-rule figure6b:
-    input:
-        training_path("{model}", "pair_signs.parquet"),
-    output:
-        report(
-            figure6b_path("{model}"),
-            caption="../report/figure6b.rst",
-            category="Training",
-        ),
-    log:
-        "logs/figures/figure6b/{model}.log",
-    benchmark:
-        "benchmarks/figures/figure6b/{model}.tsv"
-    localrule: True
-    run:
-        run_script("figure6b.py", input, output, params, wildcards, threads, log)

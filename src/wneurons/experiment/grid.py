@@ -12,6 +12,9 @@ from typing import NamedTuple
 
 BENCHMARKS = ("blimp", "tse", "ppl")
 SELECTORS = ("wasserstein", "random", "lowest", "matched")
+# Benchmark -> the data set it reads (the keys of the config's `data`).
+BENCHMARK_DATASETS = {"blimp": "blimp", "tse": "tse", "ppl": "wikitext2"}
+DATASETS = tuple(dict.fromkeys(BENCHMARK_DATASETS.values()))
 
 
 class Condition(NamedTuple):

@@ -1,0 +1,207 @@
+"""What the workflow builds: the model and revision lists of the config and the targets of the default rule ``all``.
+
+Pure functions of the validated config, like :mod:`wneurons.experiment.grid`, so the workflow (common.smk, the
+Snakefile's ``all``) and the tests enumerate the same targets. Paths come from :mod:`wneurons.experiment.paths`.
+"""
+
+from __future__ import annotations
+
+from wneurons.experiment import paths
+from wneurons.experiment.config import ConfigError
+from wneurons.experiment.grid import BENCHMARKS, ablated_checkpoints, conditions_for, single_layer_scopes
+from wneurons.store.checkpoints import by_step
+
+
+# ---------------------------------------------------------------- models and revisions
+def final_revision(config: dict, model: str) -> str:
+    return config["models"][model]["final_revision"]
+
+
+def revisions(config: dict, model: str) -> list[str]:
+    """Final revision first, then the training checkpoints."""
+    spec = config["models"][model]
+    return [spec["final_revision"], *spec["checkpoints"]]
+
+
+def model_revisions(config: dict) -> list[tuple[str, str]]:
+    """(model, revision) for every configured model and revision."""
+    return [(m, r) for m in config["models"] for r in revisions(config, m)]
+
+
+def figure1_models(config: dict) -> list[str]:
+    """Figure 1's model (``figures.figure1.model``, else the first configured) and its ReLU contrast, if any."""
+    fig = config["figures"]["figure1"]
+    return [fig["model"] or next(iter(config["models"])), *([fig["contrast"]] if fig["contrast"] else [])]
+
+
+def analysis_models(config: dict) -> list[str]:
+    """Models (final revision) that get a pair sample: those of Figures 5, 6a and 7."""
+    figures = config["figures"]
+    names = [figures[f]["model"] for f in ("figure5", "figure6", "figure7")]
+    return list(dict.fromkeys(m for m in names if m))
+
+
+def training_models(config: dict) -> list[str]:
+    """Models whose training dynamics are analysed: those with checkpoints."""
+    return [m for m, spec in config["models"].items() if spec["checkpoints"]]
+
+
+def drift_models(config: dict) -> list[str]:
+    """Training models with a weight grid (at least two weight checkpoints)."""
+    return [m for m in training_models(config) if len(config["models"][m]["weight_checkpoints"]) > 1]
+
+
+def ablation_models(config: dict) -> list[str]:
+    """Training models with checkpoint ablations (Fig. 6c-d)."""
+    return [m for m in training_models(config) if ablated_checkpoints(config["models"][m])]
+
+
+def pair_models(config: dict) -> list[str]:
+    """Training models whose MD cohort's pair signs are followed (Fig. 6b)."""
+    return [m for m in training_models(config) if m in config["training"]["pair_models"]]
+
+
+def explorer_models(config: dict) -> list[str]:
+    """Models with a neuron explorer (``report.explorer.models``; null: every model)."""
+    models = config["report"]["explorer"]["models"]
+    return list(config["models"]) if models is None else models
+
+
+def dynamics_revisions(config: dict, model: str) -> list[str]:
+    """Final revision and checkpoints in step order (Fig. 2b, 2d)."""
+    return by_step(revisions(config, model))
+
+
+def ablation_revisions(config: dict, model: str) -> list[str]:
+    """Checkpoints with ablations and the final revision, in step order (Fig. 6c-d)."""
+    spec = config["models"][model]
+    return by_step([*ablated_checkpoints(spec), spec["final_revision"]])
+
+
+def weight_grid(config: dict, model: str) -> list[str]:
+    """The revisions whose weight rows the cosine drift reads, in step order."""
+    return by_step(config["models"][model]["weight_checkpoints"])
+
+
+# ---------------------------------------------------------------- targets of `all`
+def checkpoint_targets(config: dict) -> list[str]:
+    """Per checkpoint: the neuron table and the aggregates; per ablated final revision Figures 3 and 4 (4 only with
+    layer-group or single-layer scopes); Figures 1 and 2a."""
+    targets = []
+    for model, revision in model_revisions(config):
+        targets.append(paths.neurons(model, revision))
+        targets += [paths.aggregate(model, revision, b) for b in BENCHMARKS]
+        conditions = conditions_for(config, model, revision)
+        if revision == final_revision(config, model) and conditions:
+            targets.append(paths.figure3(model, revision))
+            if any(c.scope != "all" for c in conditions):
+                targets.append(paths.figure4(model, revision))
+    return [*targets, paths.figure1(), paths.figure2a()]
+
+
+def training_targets(config: dict) -> list[str]:
+    """Figures 2b and 2d (any training model), 2c (any weight grid), 6c-d and 6b per model that has them."""
+    targets = []
+    if training_models(config):
+        targets += [paths.figure2b(), paths.figure2d()]
+    if drift_models(config):
+        targets.append(paths.figure2c())
+    targets += [paths.figure6cd(m) for m in ablation_models(config)]
+    targets += [paths.figure6b(m) for m in pair_models(config)]
+    return targets
+
+
+def report_targets(config: dict) -> list[str]:
+    """The claims table (md, json, html) and one explorer per configured model (final revision)."""
+    targets = [paths.replication_md(), paths.replication_json(), paths.replication_html()]
+    targets += [paths.explorer(m, final_revision(config, m)) for m in explorer_models(config)]
+    return targets
+
+
+def analysis_targets(config: dict) -> list[str]:
+    """Tables and figures of the analyses that the config asks for (a figure's model set to null: none). A Figure 7
+    model without single-layer ablations is a ConfigError."""
+    figures, targets = config["figures"], []
+    for model in analysis_models(config):
+        rev = final_revision(config, model)
+        targets += [paths.pair_signs(model, rev), paths.pair_composition(model, rev)]
+    if figures["figure5"]["model"]:
+        targets.append(paths.figure5())
+    if figures["figure6"]["model"]:
+        targets.append(paths.figure6a())
+    if figures["figure7"]["model"]:
+        if not single_layer_scopes(config, figures["figure7"]["model"]):
+            raise ConfigError(
+                f"figures.figure7.model {figures['figure7']['model']!r} has no single-layer ablations: "
+                "add it to ablation.single_layers.models"
+            )
+        targets.append(paths.figure7())
+    if config["pos"]["model"]:
+        targets.append(paths.figure3d())
+    return targets
+
+
+def all_targets(config: dict) -> list[str]:
+    """Every target of the default rule ``all``, in this order: checkpoints, training, report, analyses."""
+    return [
+        *checkpoint_targets(config),
+        *training_targets(config),
+        *report_targets(config),
+        *analysis_targets(config),
+    ]
+
+
+# ---------------------------------------------------------------- the files the claims table reads
+def claim_files(config: dict, model: str) -> dict[str, str]:
+    """Every result file a claim may read for one model (final revision), by key; absent ones say "not run"."""
+    r = final_revision(config, model)
+    files = {"neurons": paths.neurons(model, r), **{b: paths.aggregate(model, r, b) for b in BENCHMARKS}}
+    if conditions_for(config, model, r):
+        files |= {f"paired_{b}": paths.paired(model, r, b) for b in BENCHMARKS}
+    files |= {
+        "pos_surprisal": paths.pos_surprisal(model, r),
+        "composition": paths.pair_composition(model, r),
+        "figure5_pairs": paths.case_study_pairs(model, r),
+        "figure5_robustness": paths.case_study_robustness(model, r),
+        "layerwise": paths.layerwise_table(model, r),
+        "emergence": paths.emergence_table(model),
+        "cosine_drift": paths.cosine_drift(model),
+        "pair_signs_training": paths.pair_signs_training(model),
+        "ablation_vs_wd": paths.ablation_vs_wd_table(model),
+    }
+    return files
+
+
+def produced_analysis_files(config: dict, model: str) -> list[str]:
+    """The keys of :func:`claim_files` among the analyses (including the training dynamics) that this config
+    produces for ``model``."""
+    figures, keys = config["figures"], []
+    if model in analysis_models(config):
+        keys.append("composition")
+    if figures["figure5"]["model"] == model:
+        keys += ["figure5_pairs", "figure5_robustness"]
+    if figures["figure7"]["model"] == model:
+        keys.append("layerwise")
+    if config["pos"]["model"] == model:
+        keys.append("pos_surprisal")
+    if model in training_models(config):
+        keys.append("emergence")
+    if model in drift_models(config):
+        keys.append("cosine_drift")
+    if model in pair_models(config):
+        keys.append("pair_signs_training")
+    if model in ablation_models(config):
+        keys.append("ablation_vs_wd")
+    return keys
+
+
+def claim_inputs(config: dict) -> list[str]:
+    """The files the claims table is built from: per model its neuron table, aggregates, paired tables and the
+    analyses the config runs."""
+    inputs = []
+    for model in config["models"]:
+        files = claim_files(config, model)
+        inputs += [files["neurons"], *(files[b] for b in BENCHMARKS)]
+        inputs += [files[f"paired_{b}"] for b in BENCHMARKS if f"paired_{b}" in files]
+        inputs += [files[k] for k in produced_analysis_files(config, model)]
+    return inputs
