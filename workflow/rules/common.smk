@@ -158,7 +158,15 @@ def collect_params(wildcards):
     how the bytes reach the disk). ``layers`` only when collection is restricted, so that configs without it keep
     their recorded params.
     """
-    keys = ("window", "max_tokens", "dtype", "shard_dtype", "md_tokens", "seed", "shard_io")
+    keys = (
+        "window",
+        "max_tokens",
+        "dtype",
+        "shard_dtype",
+        "md_tokens",
+        "seed",
+        "shard_io",
+    )
     params = {k: config["neurons"][k] for k in keys}
     layers = grid.collected_layers(config, wildcards.model, wildcards.revision)
     if layers is not None:
