@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from wneurons.jobs.figures import figure3d_job, figure5_job, figure6a_job, figure7_job
+from wneurons.jobs.figures import figure_job
 from wneurons.store import io
 
 
@@ -33,7 +33,8 @@ def test_figure3d_draws_the_classes_with_enough_tokens_in_order(tmp_path):
         }
     )
     io.write_parquet(tmp_path / "pos.parquet", table)
-    drawn = figure3d_job(tmp_path / "pos.parquet", tmp_path / "f3d.png", {"min_tokens": 100, "label": "m"})
+    params = {"figure": {"min_tokens": 100, "label": "m"}}
+    drawn = figure_job("figure3d", [tmp_path / "pos.parquet"], [tmp_path / "f3d.png"], params, {})
     assert drawn["upos"].to_list() == ["DET", "PUNCT", "NOUN"]  # SPACE listed only, INTJ too rare
     assert drawn["mean_shifted_dnll"].to_list() == [0.3, 0.2, -0.1]
     assert (tmp_path / "f3d.png").stat().st_size > 0
@@ -42,7 +43,8 @@ def test_figure3d_draws_the_classes_with_enough_tokens_in_order(tmp_path):
 def test_figure6a_draws_the_configured_selection(tmp_path):
     comp = _composition()
     io.write_parquet(tmp_path / "comp.parquet", comp)
-    drawn = figure6a_job(tmp_path / "comp.parquet", tmp_path / "f6a.png", {"md_percent": 5, "top_k": 10, "label": "m"})
+    params = {"figure": {"md_percent": 5, "top_k": 10, "label": "m"}}
+    drawn = figure_job("figure6a", [tmp_path / "comp.parquet"], [tmp_path / "f6a.png"], params, {})
     assert drawn.height == 4 and drawn["percent"].unique().to_list() == [5.0]
     np.testing.assert_allclose(drawn["share_nn"] + drawn["share_pn"] + drawn["share_pp"], 1.0)
     assert (tmp_path / "f6a.png").stat().st_size > 0
@@ -69,7 +71,7 @@ def test_figure7_overlay_is_the_normalized_layer_series(tmp_path):
         "correlations": tmp_path / "corr.json",
     }
     params = {"md_percent": 1, "top_k": 10, "label": "m", "ablation_percent": 1}
-    overlay = figure7_job(inputs, tmp_path / "f7.png", params)
+    overlay = figure_job("figure7", inputs, [tmp_path / "f7.png"], {"figure": params}, {})
     np.testing.assert_allclose(overlay["err_blimp"], [1.0, 0.5, 0.0, 0.2])
     np.testing.assert_allclose(overlay["err_tse"], [2 / 3, 1.0, 1 / 3, 0.0])
     nn = layerwise["share_nn"].to_numpy()
@@ -116,6 +118,6 @@ def test_figure5_from_the_case_study_files(tmp_path):
         "all_pairs": tmp_path / "all.parquet",
         "robustness": tmp_path / "robust.json",
     }
-    highlighted = figure5_job(inputs, tmp_path / "f5.png")
+    highlighted = figure_job("figure5", inputs, [tmp_path / "f5.png"], {}, {})
     assert highlighted == [4, 9]
     assert (tmp_path / "f5.png").stat().st_size > 0

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from wneurons.jobs import inprocess
+from wneurons.jobs.figures import FIGURES
 from wneurons.experiment import grid, paths, targets
 from wneurons.experiment.config import (
     MODEL_SOURCES,
@@ -43,9 +44,10 @@ except (ValueError, FileNotFoundError) as err:
     sys.exit(f"config: {err}")
 
 
-def run_script(name, input, output, params, wildcards, threads, log):
+def run_script(name, input, output, params, wildcards, threads, log, rule_name=None):
     """The body of the `run:` rules: workflow/scripts/<name> in this Snakemake process, which imports torch and
     loads each model once for many jobs (with --force-use-threads; wneurons.jobs.inprocess says why).
+    ``rule_name``: for scripts shared by several rules (figure.py), as ``snakemake.rule``.
     """
     scripts = Path(workflow.basedir) / "workflow" / "scripts"
     inprocess.run_script(
@@ -57,6 +59,18 @@ def run_script(name, input, output, params, wildcards, threads, log):
         threads=threads,
         log=log,
         config=config,
+        **{"rule": rule_name},  # `rule` cannot start a line in a Snakemake file
+    )
+
+
+def figure_report(path, rule_name, output=0):
+    """A figure rule's output marked for the report, with the caption and section of its row in
+    wneurons.jobs.figures.FIGURES (``output``: which of the rule's outputs)."""
+    figure = FIGURES[rule_name]
+    return report(
+        path,
+        caption=f"../report/{figure.captions[output]}",
+        category=figure.category,
     )
 
 

@@ -1,16 +1,13 @@
-# Every figure of the paper, in its order: one rule per figure (2b and 2d are drawn together); what a figure reads
-# and how it is drawn: its script in workflow/scripts/ and the inputs/params helpers in common.smk.
+# Every figure of the paper, in its order: one rule per figure (2b and 2d are drawn together). What a figure reads,
+# how it is drawn, its caption and report section: its row in wneurons.jobs.figures.FIGURES; every rule runs
+# workflow/scripts/figure.py. Inputs and params helpers are in common.smk.
 
 
 rule figure1:
     input:
         unpack(figure1_inputs),
     output:
-        report(
-            paths.figure1(),
-            caption="../report/figure1.rst",
-            category="Neurons",
-        ),
+        figure_report(paths.figure1(), "figure1"),
     log:
         paths.log_file("figures", "figure1"),
     benchmark:
@@ -19,18 +16,14 @@ rule figure1:
     params:
         figure=figure1_params,
     run:
-        run_script("figure1.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure2a:
     input:
         figure2a_inputs,
     output:
-        report(
-            paths.figure2a(),
-            caption="../report/figure2a.rst",
-            category="Neurons",
-        ),
+        figure_report(paths.figure2a(), "figure2a"),
     log:
         paths.log_file("figures", "figure2a"),
     benchmark:
@@ -40,19 +33,15 @@ rule figure2a:
         layer=config["figures"]["figure2a_layer"],
         models=list(MODELS),
     run:
-        run_script("figure2a.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure2bd:
     input:
         unpack(figure2bd_inputs),
     output:
-        b=report(
-            paths.figure2b(), caption="../report/figure2b.rst", category="Training"
-        ),
-        d=report(
-            paths.figure2d(), caption="../report/figure2d.rst", category="Training"
-        ),
+        b=figure_report(paths.figure2b(), "figure2bd", 0),
+        d=figure_report(paths.figure2d(), "figure2bd", 1),
     log:
         paths.log_file("figures", "figure2bd"),
     benchmark:
@@ -61,14 +50,14 @@ rule figure2bd:
     params:
         models=targets.training_models(config),
     run:
-        run_script("figure2bd.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure2c:
     input:
         figure2c_inputs,
     output:
-        report(paths.figure2c(), caption="../report/figure2c.rst", category="Training"),
+        figure_report(paths.figure2c(), "figure2c"),
     log:
         paths.log_file("figures", "figure2c"),
     benchmark:
@@ -77,7 +66,7 @@ rule figure2c:
     params:
         models=targets.drift_models(config),
     run:
-        run_script("figure2c.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure3:
@@ -86,29 +75,21 @@ rule figure3:
         blimp=paths.aggregate("{model}", "{revision}", "blimp"),
         tse=paths.aggregate("{model}", "{revision}", "tse"),
     output:
-        report(
-            paths.figure3("{model}", "{revision}"),
-            caption="../report/figure3.rst",
-            category="Ablations",
-        ),
+        figure_report(paths.figure3("{model}", "{revision}"), "figure3"),
     log:
         paths.log_file("figures", "figure3/{model}/{revision}"),
     benchmark:
         paths.benchmark_file("figures", "figure3/{model}/{revision}")
     localrule: True
     run:
-        run_script("figure3.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure3d:
     input:
         figure3d_inputs,
     output:
-        report(
-            paths.figure3d(),
-            caption="../report/figure3d.rst",
-            category="Mechanism",
-        ),
+        figure_report(paths.figure3d(), "figure3d"),
     log:
         paths.log_file("figures", "figure3d"),
     benchmark:
@@ -117,7 +98,7 @@ rule figure3d:
     params:
         figure=figure3d_params,
     run:
-        run_script("figure3d.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure4:
@@ -125,47 +106,35 @@ rule figure4:
         blimp=paths.aggregate("{model}", "{revision}", "blimp"),
         tse=paths.aggregate("{model}", "{revision}", "tse"),
     output:
-        report(
-            paths.figure4("{model}", "{revision}"),
-            caption="../report/figure4.rst",
-            category="Ablations",
-        ),
+        figure_report(paths.figure4("{model}", "{revision}"), "figure4"),
     log:
         paths.log_file("figures", "figure4/{model}/{revision}"),
     benchmark:
         paths.benchmark_file("figures", "figure4/{model}/{revision}")
     localrule: True
     run:
-        run_script("figure4.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure5:
     input:
         unpack(figure5_inputs),
     output:
-        report(
-            paths.figure5(),
-            caption="../report/figure5.rst",
-            category="Mechanism",
-        ),
+        figure_report(paths.figure5(), "figure5"),
     log:
         paths.log_file("figures", "figure5"),
     benchmark:
         paths.benchmark_file("figures", "figure5")
     localrule: True
     run:
-        run_script("figure5.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure6a:
     input:
         figure6a_inputs,
     output:
-        report(
-            paths.figure6a(),
-            caption="../report/figure6a.rst",
-            category="Mechanism",
-        ),
+        figure_report(paths.figure6a(), "figure6a"),
     log:
         paths.log_file("figures", "figure6a"),
     benchmark:
@@ -174,54 +143,42 @@ rule figure6a:
     params:
         figure=figure6a_params,
     run:
-        run_script("figure6a.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure6b:
     input:
         paths.pair_signs_training("{model}"),
     output:
-        report(
-            paths.figure6b("{model}"),
-            caption="../report/figure6b.rst",
-            category="Training",
-        ),
+        figure_report(paths.figure6b("{model}"), "figure6b"),
     log:
         paths.log_file("figures", "figure6b/{model}"),
     benchmark:
         paths.benchmark_file("figures", "figure6b/{model}")
     localrule: True
     run:
-        run_script("figure6b.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure6cd:
     input:
         unpack(figure6cd_inputs),
     output:
-        report(
-            paths.figure6cd("{model}"),
-            caption="../report/figure6cd.rst",
-            category="Training",
-        ),
+        figure_report(paths.figure6cd("{model}"), "figure6cd"),
     log:
         paths.log_file("figures", "figure6cd/{model}"),
     benchmark:
         paths.benchmark_file("figures", "figure6cd/{model}")
     localrule: True
     run:
-        run_script("figure6cd.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure7:
     input:
         unpack(figure7_inputs),
     output:
-        report(
-            paths.figure7(),
-            caption="../report/figure7.rst",
-            category="Mechanism",
-        ),
+        figure_report(paths.figure7(), "figure7"),
     log:
         paths.log_file("figures", "figure7"),
     benchmark:
@@ -230,4 +187,4 @@ rule figure7:
     params:
         figure=figure7_params,
     run:
-        run_script("figure7.py", input, output, params, wildcards, threads, log)
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)

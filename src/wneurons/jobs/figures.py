@@ -1,135 +1,164 @@
-"""Jobs of ``workflow/rules/figures.smk``: every figure of the paper, read from the result files its rule names and
-drawn by :mod:`wneurons.report.figures` (which takes frames and dicts, except figures 3 and 4, which read their
-aggregated result files themselves)."""
+"""Jobs of ``workflow/rules/figures.smk``: the table of the paper's figures, and the one job that draws any of them.
+
+A row of :data:`FIGURES` says what a figure reads (``read``: the rule's named inputs, params and wildcards → the
+keyword arguments of the drawing function, result files opened here and never in :mod:`wneurons.report.figures`),
+how it is drawn (``draw``), where the report shows it (``category``) and its caption (``captions``: the files under
+``workflow/report/``, Jinja over the run's config, one per output). Every figure rule runs
+``workflow/scripts/figure.py``, which calls :func:`figure_job` with the rule's name; docs/design.md has the recipe
+for adding a figure.
+"""
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import polars as pl
 
 from wneurons.store import io
 
 
-def figure1_job(inputs: dict, out_path: str, params: dict) -> None:
-    """Figure 1 from the shards and neuron tables of the figure model (index 0) and its ReLU contrast (index 1);
-    each member's nonlinearity is its family's, as recorded in its neuron table."""
+class Figure(NamedTuple):
+    read: Callable[[Any, Any, Any], dict]  # (inputs, params, wildcards) -> keyword arguments of ``draw``
+    # "<module>.<function>" of wneurons.report.figures (imported when drawn: the workflow reads this table to parse
+    # the rules, and must not import matplotlib and torch for that); it takes ``out_path`` (or the named outputs)
+    draw: str
+    category: str  # the report's section
+    captions: tuple[str, ...]  # caption files (workflow/report/), in the order of the rule's outputs
+
+
+def _by_model(paths: list[str], models: list[str], read: Callable[[str], Any]) -> dict[str, Any]:
+    return {m: read(p) for m, p in zip(models, paths, strict=True)}
+
+
+def _figure1(inputs, params, wildcards) -> dict:
+    """The figure model (index 0) and its ReLU contrast (index 1): shards, neuron table and the nonlinearity its
+    neuron table recorded from the loaded model (the config's ``family`` is optional)."""
     from wneurons.lm.registry import family_spec
-    from wneurons.report.figures import figure1
+
+    fig = params["figure"]
 
     def member(i: int) -> tuple:
-        # The family recorded from the loaded model when its neuron table was made (the config key is optional).
         nonlinearity = family_spec(io.read_parquet_metadata(inputs[f"neurons{i}"])["family"]).nonlinearity
-        return inputs[f"shards{i}"], pl.read_parquet(inputs[f"neurons{i}"]), nonlinearity, params["models"][i]
+        return inputs[f"shards{i}"], pl.read_parquet(inputs[f"neurons{i}"]), nonlinearity, fig["models"][i]
 
     shards, stats, nonlinearity, label = member(0)
     contrast = None
-    if len(params["models"]) > 1:
+    if len(fig["models"]) > 1:
         c_shards, c_stats, c_nonlinearity, c_label = member(1)
-        contrast = (c_shards, c_stats, params["layer"], c_nonlinearity, c_label)
-    figure1(
-        shards,
-        stats,
-        layer=params["layer"],
-        neuron=params["neuron"],
-        nonlinearity=nonlinearity,
-        out_path=out_path,
-        contrast=contrast,
-        label=label,
-    )
+        contrast = (c_shards, c_stats, fig["layer"], c_nonlinearity, c_label)
+    return {
+        "shard_dir": shards,
+        "stats": stats,
+        "layer": fig["layer"],
+        "neuron": fig["neuron"],
+        "nonlinearity": nonlinearity,
+        "contrast": contrast,
+        "label": label,
+    }
 
 
-def figure2a_job(neuron_tables: list[str], models: list[str], out_path: str, layer: int) -> None:
-    """Figure 2a: WD distribution of one layer for every model (final revisions)."""
-    from wneurons.report.figures import figure2a
-
-    figure2a(
-        {m: pl.read_parquet(p) for m, p in zip(models, neuron_tables, strict=True)}, layer=layer, out_path=out_path
-    )
+def _figure2a(inputs, params, wildcards) -> dict:
+    return {"stats_by_model": _by_model(list(inputs), params["models"], pl.read_parquet), "layer": params["layer"]}
 
 
-def figure2bd_job(tables: list[str], summaries: list[str], models: list[str], out_b: str, out_d: str) -> None:
-    """Figures 2b and 2d from every model's emergence table and summary."""
-    from wneurons.report.figures import figure2b, figure2d
-
-    by_model = {m: pl.read_parquet(p) for m, p in zip(models, tables, strict=True)}
-    summary = {m: io.read_json(p) for m, p in zip(models, summaries, strict=True)}
-    figure2b(by_model, summary, out_path=out_b)
-    figure2d(by_model, summary, out_path=out_d)
+def _figure2bd(inputs, params, wildcards) -> dict:
+    return {
+        "tables": _by_model(list(inputs["tables"]), params["models"], pl.read_parquet),
+        "summaries": _by_model(list(inputs["summaries"]), params["models"], io.read_json),
+    }
 
 
-def figure2c_job(tables: list[str], models: list[str], out_path: str) -> None:
-    """Figure 2c from every model's cosine-drift table."""
-    from wneurons.report.figures import figure2c
-
-    figure2c({m: pl.read_parquet(p) for m, p in zip(models, tables, strict=True)}, out_path=out_path)
+def _figure2c(inputs, params, wildcards) -> dict:
+    return {"tables": _by_model(list(inputs), params["models"], pl.read_parquet)}
 
 
-def figure3_job(ppl_path: str, blimp_path: str, tse_path: str, out_path: str) -> None:
-    """Figure 3 of one checkpoint from its aggregated ppl / BLiMP / TSE results."""
-    from wneurons.report.figures import figure3
-
-    figure3(ppl_path, blimp_path, tse_path, out_path)
+def _figure3(inputs, params, wildcards) -> dict:
+    return {b: io.read_json(inputs[b]) for b in ("ppl", "blimp", "tse")}
 
 
-def figure3d_job(table_path: str, out_path: str, params: dict) -> pl.DataFrame:
-    """Figure 3d from the POS surprisal table; returns the rows drawn."""
-    from wneurons.report.figures import figure3d
-
-    return figure3d(pl.read_parquet(table_path), out_path, min_tokens=params["min_tokens"], label=params["label"])
-
-
-def figure4_job(blimp_path: str, tse_path: str, out_path: str) -> None:
-    """Figure 4 of one checkpoint from its aggregated BLiMP / TSE results (the layer-group conditions)."""
-    from wneurons.report.figures import figure4
-
-    figure4(blimp_path, tse_path, out_path)
+def _figure3d(inputs, params, wildcards) -> dict:
+    return {
+        "table": pl.read_parquet(inputs[0]),
+        "min_tokens": params["figure"]["min_tokens"],
+        "label": params["figure"]["label"],
+    }
 
 
-def figure5_job(inputs: dict, out_path: str) -> list[int]:
-    """Figure 5 from the case study's top pairs, all pairs' distances and robustness summary."""
-    from wneurons.report.figures import figure5
-
-    return figure5(
-        pl.read_csv(inputs["pairs"]), pl.read_parquet(inputs["all_pairs"]), io.read_json(inputs["robustness"]), out_path
-    )
+def _figure4(inputs, params, wildcards) -> dict:
+    return {b: io.read_json(inputs[b]) for b in ("blimp", "tse")}
 
 
-def _composition(path: str, params: dict) -> pl.DataFrame:
+def _figure5(inputs, params, wildcards) -> dict:
+    return {
+        "pairs": pl.read_csv(inputs["pairs"]),
+        "all_pairs": pl.read_parquet(inputs["all_pairs"]),
+        "summary": io.read_json(inputs["robustness"]),
+    }
+
+
+def _composition(path: str, fig: Mapping) -> pl.DataFrame:
     """The pair-sign composition rows of the figure's selection (``md_percent``, ``top_k``)."""
     return pl.read_parquet(path).filter(
-        (pl.col("percent") == float(params["md_percent"])) & (pl.col("top_k") == params["top_k"])
+        (pl.col("percent") == float(fig["md_percent"])) & (pl.col("top_k") == fig["top_k"])
     )
 
 
-def figure6a_job(composition_path: str, out_path: str, params: dict) -> pl.DataFrame:
-    """Figure 6a from the pair-sign composition per layer; returns the rows drawn."""
-    from wneurons.report.figures import figure6a
-
-    return figure6a(_composition(composition_path, params), out_path, label=params["label"])
+def _figure6a(inputs, params, wildcards) -> dict:
+    return {"comp": _composition(inputs[0], params["figure"]), "label": params["figure"]["label"]}
 
 
-def figure6b_job(table: str, model: str, out_path: str) -> None:
-    """Figure 6b of one model from its pair-sign table over training."""
-    from wneurons.report.figures import figure6b
-
-    figure6b(pl.read_parquet(table), model=model, out_path=out_path)
+def _figure6b(inputs, params, wildcards) -> dict:
+    return {"table": pl.read_parquet(inputs[0]), "model": wildcards["model"]}
 
 
-def figure6cd_job(table: str, summary: str, model: str, out_path: str) -> None:
-    """Figure 6c-d of one model from its ablation-vs-WD table."""
-    from wneurons.report.figures import figure6cd
+def _figure6cd(inputs, params, wildcards) -> dict:
+    return {
+        "table": pl.read_parquet(inputs["table"]),
+        "summary": io.read_json(inputs["summary"]),
+        "model": wildcards["model"],
+    }
 
-    figure6cd(pl.read_parquet(table), io.read_json(summary), model=model, out_path=out_path)
+
+def _figure7(inputs, params, wildcards) -> dict:
+    fig = params["figure"]
+    return {
+        "comp": _composition(inputs["composition"], fig),
+        "layerwise": pl.read_parquet(inputs["layerwise"]),
+        "correlations": io.read_json(inputs["correlations"]),
+        "label": fig["label"],
+        "ablation_percent": fig["ablation_percent"],
+    }
 
 
-def figure7_job(inputs: dict, out_path: str, params: dict) -> pl.DataFrame:
-    """Figure 7 from the composition and the layerwise table and correlations; returns the overlay drawn."""
-    from wneurons.report.figures import figure7
+# Rule name -> figure, in the paper's order.
+FIGURES: dict[str, Figure] = {
+    "figure1": Figure(_figure1, "neurons.figure1", "Neurons", ("figure1.rst",)),
+    "figure2a": Figure(_figure2a, "neurons.figure2a", "Neurons", ("figure2a.rst",)),
+    "figure2bd": Figure(_figure2bd, "training.figure2bd", "Training", ("figure2b.rst", "figure2d.rst")),
+    "figure2c": Figure(_figure2c, "training.figure2c", "Training", ("figure2c.rst",)),
+    "figure3": Figure(_figure3, "ablations.figure3", "Ablations", ("figure3.rst",)),
+    "figure3d": Figure(_figure3d, "analyses.figure3d", "Mechanism", ("figure3d.rst",)),
+    "figure4": Figure(_figure4, "ablations.figure4", "Ablations", ("figure4.rst",)),
+    "figure5": Figure(_figure5, "analyses.figure5", "Mechanism", ("figure5.rst",)),
+    "figure6a": Figure(_figure6a, "analyses.figure6a", "Mechanism", ("figure6a.rst",)),
+    "figure6b": Figure(_figure6b, "training.figure6b", "Training", ("figure6b.rst",)),
+    "figure6cd": Figure(_figure6cd, "training.figure6cd", "Training", ("figure6cd.rst",)),
+    "figure7": Figure(_figure7, "analyses.figure7", "Mechanism", ("figure7.rst",)),
+}
 
-    return figure7(
-        _composition(inputs["composition"], params),
-        pl.read_parquet(inputs["layerwise"]),
-        io.read_json(inputs["correlations"]),
-        out_path,
-        label=params["label"],
-        ablation_percent=params["ablation_percent"],
-    )
+
+def figure_job(name: str, inputs, outputs, params, wildcards) -> Any:
+    """Draw the figure of rule ``name`` from the rule's inputs, params and wildcards (Snakemake's named lists, or
+    dicts / lists with the same items) into its outputs; returns what the drawing returns (the
+    rows drawn, where a figure says). A single output is the drawing's ``out_path``; named outputs are passed by
+    their names."""
+    if name not in FIGURES:
+        raise KeyError(f"figure {name!r}: not in wneurons.jobs.figures.FIGURES ({', '.join(FIGURES)})")
+    figure = FIGURES[name]
+    module, _, function = figure.draw.rpartition(".")
+    draw = getattr(importlib.import_module(f"wneurons.report.figures.{module}"), function)
+    named = dict(outputs.items()) if hasattr(outputs, "items") else {}
+    out = named if len(named) > 1 else {"out_path": outputs[0]}
+    return draw(**figure.read(inputs, params, wildcards), **out)

@@ -130,3 +130,9 @@ def figure6b(table: pl.DataFrame, *, model: str, out_path: str | os.PathLike) ->
     ax.set_title(f"{model}: final top-MD cohort ({n} neurons), top {k} pairs each", fontsize=9)
     ax.legend(fontsize=7)
     save_figure(fig, out_path)
+
+
+def figure2bd(tables: dict[str, pl.DataFrame], summaries: dict[str, dict], *, b: str, d: str) -> None:
+    """Figures 2b and 2d, drawn by one job from the same tables (outputs ``b`` and ``d``)."""
+    figure2b(tables, summaries, out_path=b)
+    figure2d(tables, summaries, out_path=d)
