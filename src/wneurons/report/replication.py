@@ -155,7 +155,7 @@ def claims_markdown(rows: list[dict], link_base: str | Path) -> str:
     import os
 
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("holds", "does not hold", "not enough data", "not run")}
-    header = ["| id | claim | model | paper | ours | 95% CI | test | verdict | source |", "|---|---|---|---|---|---|---|---|---|"]
+    header = ["| id | claim | model | paper | ours | 95% CI | test | verdict | source |", "|---" * 9 + "|"]
     lines = [
         "# Replication: the paper's claims on this run",
         "",
@@ -167,7 +167,8 @@ def claims_markdown(rows: list[dict], link_base: str | Path) -> str:
         "",
     ]
     decided, not_run = _split_rows(rows)
-    for title, part in (("", decided), ("## Not run (the files or models these rows need are not in this run)", not_run)):
+    not_run_title = "## Not run (the files or models these rows need are not in this run)"
+    for title, part in (("", decided), (not_run_title, not_run)):
         if title:
             lines += ["", title, ""]
         if not part:
