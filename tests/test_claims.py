@@ -132,14 +132,13 @@ def paired_rows(drops: dict[tuple[str, str], tuple[float, float]], p: float) -> 
 
 def ppl_rows(ratios: dict[tuple[str, str], float], half: float = 0.01, n_windows: int = 40) -> pl.DataFrame:
     """Paired perplexity rows: ratio = ppl(condition) / ppl(reference) over 100,000 tokens, CI ratio ± half."""
-    return pl.DataFrame(
-        [
-            {"benchmark": "ppl", "reference": ref, "condition": cond, "trial": "pooled" if "random" in ref + cond else "t0",
-             "n_windows": n_windows, "n_tokens": 100_000, "ratio": r, "ci_lo": r - half, "ci_hi": r + half,
-             "delta_nll": float(np.log(r))}
-            for (ref, cond), r in ratios.items()
-        ]
-    )  # fmt: skip
+    rows = []
+    for (ref, cond), r in ratios.items():
+        trial = "pooled" if "random" in ref + cond else "t0"
+        rows.append({"benchmark": "ppl", "reference": ref, "condition": cond, "trial": trial, "n_windows": n_windows,
+                     "n_tokens": 100_000, "ratio": r, "ci_lo": r - half, "ci_hi": r + half,
+                     "delta_nll": float(np.log(r))})  # fmt: skip
+    return pl.DataFrame(rows)
 
 
 W1, M1, R1 = "all/wasserstein/p1", "all/matched/p1", "all/random/p1"
@@ -408,3 +407,153 @@ def test_html_table_escapes_every_cell_and_shows_provenance(tmp_path):
     page = claims_html([row], {"models": {"m": {"revision": "main"}}}, "results")
     assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page and "a&lt;b" in page
     assert "href='m/main/x.json'" in page and "&quot;revision&quot;: &quot;main&quot;" in page
+
+
+def group_tables(drops: dict[str, float], term_drops: dict[str, float], p_between: float, p_terms: float, n: int):
+    """Paired BLiMP rows of layer groups vs clean (overall and by term) and each group vs every later group, and
+    a blimp.json naming each group's layers (groups of 4 of 32 layers)."""
+    rows = []
+
+    def row(ref, cond, drop, p, kind="overall", group="all"):
+        rows.append({"benchmark": "blimp", "reference": ref, "condition": cond, "trial": "t0", "group_kind": kind,
+                     "group": group, "n": n, "drop": drop, "ci_lo": drop - 0.01, "ci_hi": drop + 0.01,
+                     "p_value": p})  # fmt: skip
+
+    keys = {g: f"{g}/wasserstein/p1" for g in drops}
+    for g, d in drops.items():
+        row("clean", keys[g], d, 1e-4)
+        for term, td in term_drops.items():
+            row("clean", keys[g], td * d / max(drops.values()), p_terms, "linguistics_term", term)
+    names = sorted(drops, key=lambda g: int(g[1:]))
+    for i, gi in enumerate(names):
+        for gj in names[i + 1 :]:
+            row(keys[gj], keys[gi], drops[gi] - drops[gj], p_between)
+    conditions = {keys[g]: {"layers": list(range(4 * (int(g[1:]) - 1), 4 * int(g[1:])))} for g in drops}
+    conditions["all/wasserstein/p1"] = {"layers": list(range(32))}
+    return pl.DataFrame(rows), {"conditions": conditions}
+
+
+TERMS = {"ellipsis": 0.2, "subject_verb_agreement": 0.15, "binding": 0.05, "filler_gap_dependency": 0.04}
+
+
+@pytest.mark.parametrize(
+    ("drops", "terms", "p_between", "p_terms", "verdict"),
+    [
+        ({"g1": 0.06, "g2": 0.03, "g3": 0.01, "g4": 0.0}, TERMS, 1e-4, 1e-4, HOLDS),
+        # the point estimates put g1 first, but no paired test separates it from the later groups
+        ({"g1": 0.06, "g2": 0.03, "g3": 0.05, "g4": 0.0}, TERMS, 0.3, 1e-4, NO_DATA),
+        # ellipsis without subject-verb agreement among the top terms: the spec asks for both
+        ({"g1": 0.06, "g2": 0.03, "g3": 0.01, "g4": 0.0}, {**TERMS, "subject_verb_agreement": 0.01}, 1e-4, 1e-4,
+         FAILS),
+        # the terms' drops are indistinguishable from none (5 discordant items cannot go below p = 0.0625)
+        ({"g1": 0.06, "g2": 0.03, "g3": 0.01, "g4": 0.0}, TERMS, 1e-4, 0.0625, NO_DATA),
+        # a late group costs significantly more than every early one
+        ({"g1": 0.01, "g2": 0.0, "g3": 0.02, "g4": 0.06}, TERMS, 1e-4, 1e-4, FAILS),
+    ],
+)  # fmt: skip
+def test_c14_decides_on_paired_tests_and_needs_both_terms(tmp_path, drops, terms, p_between, p_terms, verdict):
+    table, blimp = group_tables(drops, terms, p_between, p_terms, n=2000)
+    run = make_run(tmp_path, {"llama-3.1-8b": {"family": "llama", "files": {"paired_blimp": table, "blimp": blimp}}})
+    row = rows_for(claim_rows(run), "C14")[0]
+    assert row["verdict"] == verdict, row
+
+
+def test_c14_groups_too_coarse_to_be_early(tmp_path):
+    # Three groups of 10 of 30 layers (the SmolLM2 replication): g1 ends at layer 9 > 30 / 4, so no group is early.
+    table, blimp = group_tables({"g1": 0.01, "g2": 0.06, "g3": 0.0}, TERMS, 1e-4, 1e-4, n=670)
+    blimp["conditions"] = {f"g{k}/wasserstein/p1": {"layers": list(range(10 * (k - 1), 10 * k))} for k in (1, 2, 3)}
+    blimp["conditions"]["all/wasserstein/p1"] = {"layers": list(range(30))}
+    run = make_run(tmp_path, {"toy": {"family": "llama", "files": {"paired_blimp": table, "blimp": blimp}}})
+    row = rows_for(claim_rows(run), "C14")[-1]
+    assert row["verdict"] == NO_DATA and "no group ends in the first quarter of 30 layers" in row["test"]
+
+
+def npi_table(drop: float, half: float, n: int) -> pl.DataFrame:
+    return pl.DataFrame(
+        [{"benchmark": "tse", "reference": "clean", "condition": "g1/wasserstein/p1", "trial": "t0",
+          "group_kind": "family", "group": "negative_polarity_items", "n": n, "drop": drop, "ci_lo": drop - half,
+          "ci_hi": drop + half, "p_value": 1e-3}]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("drop", "half", "n", "verdict"),
+    [
+        (0.2, 0.03, 800, HOLDS),
+        (0.2, 0.08, 150, NO_DATA),  # the CI meets the band but leaves it: the old rule said "holds"
+        (0.0, 0.0, 40, NO_DATA),  # 40 items with CI [0, 0]: the old rule said "does not hold"
+        (0.02, 0.03, 800, FAILS),
+    ],
+)
+def test_c16_band_and_items(tmp_path, drop, half, n, verdict):
+    blimp = {"conditions": {"g1/wasserstein/p1": {"layers": [0, 1, 2, 3]}}}
+    files = {"paired_tse": npi_table(drop, half, n), "blimp": blimp}
+    row = rows_for(claim_rows(make_run(tmp_path, {"llama-3.1-8b": {"family": "llama", "files": files}})), "C16")[0]
+    assert row["verdict"] == verdict, row
+    if n < 100:
+        assert f"not enough data at n = {n} NPI items (needs 100)" in row["test"]
+
+
+def test_claims_about_paper_models_run_on_the_runs_own_models(tmp_path):
+    # A training suite of the run (not Pythia) and a model with the Fig. 5/6/7 analyses get rows with verdicts.
+    steps = np.array([0, 20, 40, 80, 160, 320])
+    emergence = pl.DataFrame({"step": steps, "cohort_wd_mean": [0.05, 0.13, 0.19, 0.2, 0.2, 0.2],
+                              "tse_overall": [0.5, 0.55, 0.6, 0.62, 0.63, 0.64]})  # fmt: skip
+    drift = pl.DataFrame({"end_step": [40, 80, 120, 160], "cohort_ncd_mean": [1.6, 0.8, 0.7, 0.75],
+                          "cohort_ncd_sem": [0.1, 0.05, 0.05, 0.05]})  # fmt: skip
+    signs = pl.DataFrame({"layer": 1, "step": [0, 20, 80, 320], "share_nn": [0.03, 0.2, 0.1, 0.1],
+                          "share_pn": [0.94, 0.8, 0.84, 0.84]})  # fmt: skip
+    pairs = pl.DataFrame({"upos_i": ["DET", "ADP"] * 5, "upos_j": ["DET", "NOUN"] * 5, "sign": ["nn"] * 9 + ["pn"]})
+    layers = np.arange(12)
+    composition = pl.concat(
+        [
+            pl.DataFrame(
+                {
+                    "layer": layers,
+                    "percent": p,
+                    "top_k": k,
+                    "share_nn": np.where(layers == 1, 0.5, 0.35),
+                    "share_pn": 0.55,
+                    "share_pp": 0.05,
+                }
+            )
+            for p, k in ((5.0, 100), (0.5, 50))
+        ]  # fmt: skip
+    )
+    suite = {"emergence": emergence, "cosine_drift": drift, "pair_signs_training": signs}
+    files = {"figure5_pairs": pairs, "composition": composition}
+    run = make_run(tmp_path, {"mini": {"family": "gpt_neox", "files": suite}, "small": {"files": files}})
+    rows = {(r["id"], r["model"]): r for r in claim_rows(run)}
+    assert rows[("C3", "mini (not in paper)")]["verdict"] == HOLDS  # step 40 ≤ 25K/143K of 320 steps = 55.9
+    assert "55.9" in rows[("C3", "mini (not in paper)")]["test"]
+    assert rows[("C4", "mini (not in paper)")]["verdict"] == HOLDS
+    assert rows[("C5", "mini (not in paper)")]["verdict"] != "not run"
+    assert rows[("C21", "mini (not in paper)")]["verdict"] == HOLDS
+    assert rows[("C3", "pythia-70m…12b")]["verdict"] == NOT_RUN
+    for claim in ("C18", "C19", "C20", "C23"):
+        assert rows[(claim, "small (not in paper)")]["verdict"] != NOT_RUN, rows[(claim, "small (not in paper)")]
+    assert rows[("C19", "small (not in paper)")]["verdict"] == HOLDS
+    assert rows[("C23", "small (not in paper)")]["verdict"] == NO_DATA  # no Pythia-1.4B to compare with
+
+
+def test_family_is_read_from_the_results_when_not_configured(tmp_path):
+    from wneurons.store import io
+
+    path = tmp_path / "results" / "toy" / "neurons.parquet"
+    path.parent.mkdir(parents=True)
+    io.write_parquet(path, neurons_table(True), {"family": "llama"})
+    config = {"random_trials": 10, "percents": [1.0], "resamples": 500, "seed": 0}
+    run = Run(models={"toy": {"family": None, "files": {"neurons": "results/toy/neurons.parquet"}}},
+              config=config, data={}, root=tmp_path)  # fmt: skip
+    row = [r for r in claim_rows(run) if r["id"] == "C1" and r["model"].startswith("toy")][0]
+    assert row["verdict"] == HOLDS and "smooth nonlinearity" in row["ours"]
+
+
+def test_markdown_leads_with_decided_rows(tmp_path):
+    base = {"claim": "c", "paper": "p", "ours": "o", "ci": "", "test": "t", "sources": []}
+    rows = [
+        {**base, "id": "C1", "model": "a", "verdict": NOT_RUN},
+        {**base, "id": "C2", "model": "b", "verdict": FAILS},
+    ]
+    md = claims_markdown(rows, "results")
+    assert md.index("| C2 |") < md.index("## Not run") < md.index("| C1 |")

@@ -35,7 +35,8 @@ NPI_BAND = (0.15, 0.25)  # C16: "+20%" read as 20 ± 5 points
 
 def scope_layers(run: Run, model: str) -> tuple[dict[str, list[int]], int]:
     """({scope: its 0-based layers} of the scored conditions, the model's number of layers), from blimp.json's
-    condition records (the all-layer scope's layers, else the neuron table's, count the model's layers)."""
+    condition records (the all-layer scope's layers, else the neuron table's, count the model's layers; without
+    either, the highest layer a scope names)."""
     result, _ = run.json(model, "blimp")
     layers = {}
     for key, record in result.get("conditions", {}).items():
@@ -44,8 +45,11 @@ def scope_layers(run: Run, model: str) -> tuple[dict[str, list[int]], int]:
             layers[scope] = [int(x) for x in record["layers"]]
     if "all" in layers:
         return layers, len(layers["all"])
-    table, _ = run.parquet(model, "neurons", ("layer",))
-    return layers, int(table["layer"].n_unique())
+    try:
+        table, _ = run.parquet(model, "neurons", ("layer",))
+        return layers, int(table["layer"].n_unique())
+    except NotRun:  # at least as many layers as the scopes name
+        return layers, 1 + max((max(v) for v in layers.values() if v), default=-1)
 
 
 def _group_drops(run: Run, model: str, bench: str, kind: str, group_kind: str | None = None):
