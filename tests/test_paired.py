@@ -208,3 +208,16 @@ def test_correlation_ci_needs_five_points():
     assert three["ci_undefined"] == f"3 points (a bootstrap CI needs {MIN_CORRELATION_POINTS})"
     five = correlation_with_ci(np.arange(5.0), np.array([0.0, 1.2, 1.9, 3.3, 3.8]), n_boot=200)
     assert None not in five["pearson_ci"] and "ci_undefined" not in five
+
+
+def test_layerwise_correlations_print_no_ci_from_three_layers():
+    # The demo's 3 single-layer ablations printed r = 0.873 with CI [0.873, 1.000]: now no CI and the reason.
+    import polars as pl
+
+    from wneurons.core.layerwise import correlations
+
+    three = pl.DataFrame({"share_nn": [0.0, 0.05, 0.1], "share_pn": [0.4, 0.8, 0.9], "share_pp": [0.6, 0.15, 0.0],
+                          "err": [0.0, 0.0, 0.0025]})  # fmt: skip
+    nn = correlations(three, ["err"]).filter(pl.col("share") == "nn").row(0, named=True)
+    assert nn["pearson_r"] > 0.8 and nn["r_ci_lo"] is None and nn["r_ci_hi"] is None
+    assert nn["ci_undefined"] == f"3 layers (a bootstrap CI needs {MIN_CORRELATION_POINTS})"

@@ -15,6 +15,7 @@ import polars as pl
 from scipy import stats
 
 from wneurons.core.pairs import SIGN_CLASSES
+from wneurons.core.uncertainty import MIN_CORRELATION_POINTS
 
 
 def paired_error(clean: pl.DataFrame, ablated: pl.DataFrame) -> tuple[float, float, int]:
@@ -56,13 +57,16 @@ def correlations(table: pl.DataFrame, errors: list[str], n_boot: int = 2000, see
                 ec = es[ok] - es[ok].mean(axis=1, keepdims=True)
                 sc = ss[ok] - ss[ok].mean(axis=1, keepdims=True)
                 boot = (ec * sc).sum(axis=1) / np.sqrt((ec**2).sum(axis=1) * (sc**2).sum(axis=1))
+                few = n < MIN_CORRELATION_POINTS  # 3 layers resample to [r, 1]: no CI, the reason instead
                 row |= {
                     "pearson_r": float(pearson.statistic),
                     "pearson_p": float(pearson.pvalue),
                     "spearman_rho": float(spearman.statistic),
                     "spearman_p": float(spearman.pvalue),
-                    "r_ci_lo": float(np.percentile(boot, 2.5)),
-                    "r_ci_hi": float(np.percentile(boot, 97.5)),
+                    "r_ci_lo": None if few else float(np.percentile(boot, 2.5)),
+                    "r_ci_hi": None if few else float(np.percentile(boot, 97.5)),
                 }
+                if few:
+                    row["ci_undefined"] = f"{n} layers (a bootstrap CI needs {MIN_CORRELATION_POINTS})"
             rows.append(row)
     return pl.DataFrame(rows, infer_schema_length=None)
