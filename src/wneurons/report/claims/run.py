@@ -75,6 +75,8 @@ class Run:
     def parquet(self, model: str, key: str, columns: tuple[str, ...] = ()) -> tuple[pl.DataFrame, str]:
         path = self.path(model, key)
         frame = pl.read_csv(path) if path.suffix == ".csv" else pl.read_parquet(path)
+        if frame.width == 0:  # an analysis that wrote an empty table (no rows, no columns) has nothing to check
+            raise NotRun(f"{self.rel(path)} is empty")
         missing = [c for c in columns if c not in frame.columns]
         if missing:
             raise ValueError(f"{path}: lacks column(s) {', '.join(missing)}")
