@@ -106,6 +106,7 @@ BAD = [
     ((*M, "neuron_layers"), {"final": [5]}, "neurons.layers.final: smollm2-135m is ablated"),
     ((*M, "neuron_layers"), {"final": [30]}, "models.smollm2-135m.neuron_layers.final: layer 30"),
     (("ablation", "random_trials"), 0, "random_trials"),
+    (("ablation", "matched", "nll_increase_tolerance"), 0, "nll_increase_tolerance"),
     (("ablation", "mode"), "sideways", "mode"),
     (("evaluation", "convention"), "mine", "convention"),
     (("evaluation", "batch_size"), 2.5, "batch_size"),
@@ -166,3 +167,12 @@ def test_restricted_layers_refused_where_a_job_reads_other_layers(tmp_path):
     cfg["ablation"]["checkpoint_selection"] = "own"
     with pytest.raises(ConfigError, match=r"neurons.layers.checkpoints: smollm2-135m .* checkpoint_selection: own"):
         validate_config(cfg, SCHEMA, ROOT)
+
+
+def test_matched_search_gets_an_nll_increase_tolerance(tmp_path):
+    # The perplexity gap alone let the demo's control stop at 72% of W's NLL increase: the default asks for 90-110%.
+    cfg = with_local_data(demo_config(), tmp_path)
+    del cfg["ablation"]["matched"]["nll_increase_tolerance"]
+    assert validate_config(cfg, SCHEMA, ROOT)["ablation"]["matched"]["nll_increase_tolerance"] == 0.1
+    cfg["ablation"]["matched"]["nll_increase_tolerance"] = None  # the perplexity tolerance alone, as before
+    assert validate_config(cfg, SCHEMA, ROOT)["ablation"]["matched"]["nll_increase_tolerance"] is None

@@ -7,11 +7,20 @@ import pytest
 from scipy import stats
 
 from wneurons.core.uncertainty import (
+    ITEM_BOOTSTRAP,
+    MCNEMAR,
+    MIN_CORRELATION_POINTS,
+    MIN_RESAMPLING_UNITS,
+    SIGN_TEST,
+    TWO_STAGE_BOOTSTRAP,
     bootstrap_mean,
+    correlation_with_ci,
     mcnemar_exact,
     paired_accuracy_difference,
     paired_perplexity_ratio,
+    percentile_ci,
     sign_test,
+    two_stage_bootstrap_mean,
     window_nll_sums,
 )
 
@@ -96,8 +105,8 @@ def test_paired_bootstrap_ci_covers_the_true_drop_at_its_stated_rate():
 
 def test_perplexity_ratio_of_a_known_shift_is_exact():
     # Condition NLL = reference NLL + log 2 on every token: perplexity doubles in every resample.
-    counts = np.array([1023, 1023, 1023, 1023])
-    ref = np.array([3000.0, 2900.0, 3100.0, 3050.0])
+    counts = np.full(12, 1023)
+    ref = np.tile([3000.0, 2900.0, 3100.0, 3050.0], 3)
     cond = ref + counts * math.log(2)
     r = paired_perplexity_ratio(ref, cond, counts, resamples=300)
     assert r["ratio"] == pytest.approx(2.0)
@@ -133,3 +142,82 @@ def test_bad_shapes_and_nan_are_refused():
         sign_test(np.array([1.0, np.nan]))
     with pytest.raises(ValueError, match="disagree"):
         paired_perplexity_ratio(np.ones(3), np.ones(3), np.ones(2))
+
+
+def test_no_ci_from_too_few_windows_or_items():
+    # 4 windows have 35 distinct resamples: no CI, and the reason instead (the ratio itself stays).
+    counts = np.full(4, 1023)
+    ref = np.array([3000.0, 2900.0, 3100.0, 3050.0])
+    r = paired_perplexity_ratio(ref, ref + counts * math.log(2), counts, resamples=300)
+    assert r["ratio"] == pytest.approx(2.0)
+    assert math.isnan(r["ci_lo"]) and math.isnan(r["ci_hi"])
+    assert r["ci_note"] == f"no CI from 4 windows (a bootstrap needs {MIN_RESAMPLING_UNITS})"
+    few = paired_accuracy_difference(np.ones(6), np.zeros(6))
+    assert few["drop"] == 1.0 and math.isnan(few["ci_lo"]) and "6 items" in few["ci_note"]
+    enough = paired_accuracy_difference(np.ones(MIN_RESAMPLING_UNITS), np.zeros(MIN_RESAMPLING_UNITS))
+    assert enough["ci_lo"] == 1.0 and enough["ci_note"] is None
+
+
+def test_pooled_trials_ci_includes_the_variance_between_draws():
+    # Two draws that disagree: one drop of ~0 and one of ~0.3. Items alone (draws fixed) give a narrow CI around
+    # their mean; resampling the draws first must widen it, and the labels must say which test and CI each is.
+    rng = np.random.default_rng(0)
+    n = 400
+    cond = (rng.random(n) < 0.5).astype(float)
+    near = np.where(rng.random(n) < 0.05, 1 - cond, cond)
+    far = np.maximum(cond, rng.random(n) < 0.6)
+    pooled = paired_accuracy_difference(np.stack([near, far]), cond, resamples=2000, seed=0)
+    items_only = percentile_ci(bootstrap_mean(np.stack([near, far]).mean(axis=0) - cond, resamples=2000, seed=0))
+    assert pooled["ci_hi"] - pooled["ci_lo"] > 1.5 * (items_only[1] - items_only[0])
+    assert pooled["ci_method"] == TWO_STAGE_BOOTSTRAP and pooled["test"] == SIGN_TEST and pooled["trials"] == 2
+    one = paired_accuracy_difference(near[None, :], cond, resamples=500)
+    assert one["test"] == MCNEMAR and one["ci_method"] == ITEM_BOOTSTRAP
+
+
+def test_two_stage_bootstrap_resamples_draws_then_items():
+    # Identical draws: the two-stage spread is the item spread alone (same law as bootstrap_mean).
+    rng = np.random.default_rng(2)
+    d = rng.integers(-1, 2, 300).astype(float)
+    same = two_stage_bootstrap_mean(np.stack([d, d, d]), resamples=4000, seed=1)
+    items = bootstrap_mean(d, resamples=4000, seed=1)
+    assert same.std() == pytest.approx(items.std(), rel=0.1)
+    # Constant per draw (no item variance): the spread is the spread of the mean of 3 resampled draws.
+    draws = two_stage_bootstrap_mean(np.array([[0.0] * 50, [1.0] * 50, [2.0] * 50]), resamples=4000, seed=1)
+    assert set(np.round(draws * 3).astype(int)) <= set(range(7))
+    assert draws.std() == pytest.approx(np.sqrt((2 / 3) / 3), rel=0.1)
+    assert np.array_equal(draws, two_stage_bootstrap_mean(np.array([[0.0] * 50, [1.0] * 50, [2.0] * 50]),
+                                                          resamples=4000, seed=1))  # fmt: skip
+
+
+def test_pooled_perplexity_ci_resamples_the_draws():
+    rng = np.random.default_rng(5)
+    counts = np.full(60, 100)
+    ref = rng.normal(3.0, 0.3, 60) * counts
+    shifts = np.array([0.0, 0.4])[:, None]  # two draws: one harmless, one raising NLL by 0.4 nats/token
+    trials = ref[None, :] + (shifts + rng.normal(0, 0.01, (2, 60))) * counts
+    r = paired_perplexity_ratio(ref, trials, counts, resamples=1000, seed=0)
+    assert r["ci_method"].startswith("two-stage") and r["trials"] == 2
+    assert r["ci_lo"] < 1.02 and r["ci_hi"] > math.exp(0.4) * 0.98  # spans both draws' ratios
+    one = paired_perplexity_ratio(ref, trials[1], counts, resamples=1000, seed=0)
+    assert one["ci_hi"] - one["ci_lo"] < 0.05 and one["ci_method"] == "bootstrap over windows"
+
+
+def test_correlation_ci_needs_five_points():
+    three = correlation_with_ci([0.0, 1.0, 2.0], [0.1, 0.9, 2.5])
+    assert three["pearson_r"] > 0.9 and three["pearson_ci"] == [None, None]
+    assert three["ci_undefined"] == f"3 points (a bootstrap CI needs {MIN_CORRELATION_POINTS})"
+    five = correlation_with_ci(np.arange(5.0), np.array([0.0, 1.2, 1.9, 3.3, 3.8]), n_boot=200)
+    assert None not in five["pearson_ci"] and "ci_undefined" not in five
+
+
+def test_layerwise_correlations_print_no_ci_from_three_layers():
+    # The demo's 3 single-layer ablations printed r = 0.873 with CI [0.873, 1.000]: now no CI and the reason.
+    import polars as pl
+
+    from wneurons.core.layerwise import correlations
+
+    three = pl.DataFrame({"share_nn": [0.0, 0.05, 0.1], "share_pn": [0.4, 0.8, 0.9], "share_pp": [0.6, 0.15, 0.0],
+                          "err": [0.0, 0.0, 0.0025]})  # fmt: skip
+    nn = correlations(three, ["err"]).filter(pl.col("share") == "nn").row(0, named=True)
+    assert nn["pearson_r"] > 0.8 and nn["r_ci_lo"] is None and nn["r_ci_hi"] is None
+    assert nn["ci_undefined"] == f"3 layers (a bootstrap CI needs {MIN_CORRELATION_POINTS})"

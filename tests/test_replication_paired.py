@@ -127,3 +127,31 @@ def test_mismatched_items_and_missing_columns_are_named(tmp_path):
     blimp_items(np.ones(N, dtype=bool)).drop("correct").write_parquet(paths[0])
     with pytest.raises(ValueError, match="lacks column.*correct"):
         paired_job("blimp", str(clean_path), paths, conditions, str(tmp_path / "o.parquet"), resamples=10, seed=0)
+
+
+def test_pooled_rows_name_their_test_and_ci_and_groups_are_compared(tmp_path):
+    rng = np.random.default_rng(3)
+    clean = rng.random(N) < 0.85
+    frames = {("wasserstein", 0): blimp_items(clean & (rng.random(N) < 0.6))}
+    frames |= {("random", t): blimp_items(clean ^ (rng.random(N) < 0.05)) for t in range(3)}
+    paths, conditions = write_conditions(tmp_path, frames)
+    for g in (1, 2):  # two layer groups of W
+        path = tmp_path / f"g{g}.items.parquet"
+        blimp_items(clean & (rng.random(N) < 0.7 + 0.1 * g)).write_parquet(path)
+        paths.append(str(path))
+        conditions.append({"scope": f"g{g}", "selector": "wasserstein", "percent": "1", "trial": 0})
+    clean_path = tmp_path / "clean.items.parquet"
+    blimp_items(clean).write_parquet(clean_path)
+    table = paired_job("blimp", str(clean_path), paths, conditions, str(tmp_path / "p.parquet"), resamples=200, seed=0)
+    overall = table.filter(pl.col("group_kind") == "overall")
+    pooled = overall.filter(pl.col("trial") == "pooled")
+    # Both pooled comparisons (clean -> random, random -> W) resample the draws and say the test is a sign test.
+    assert pooled.height == 2 and set(pooled["reference"]) == {"clean", "all/random/p1"}
+    assert pooled["ci_method"].str.starts_with("two-stage").all() and pooled["test"].str.contains("sign test").all()
+    single = overall.filter(pl.col("trial") == "t0")
+    assert (single["test"] == "exact McNemar").all()
+    g1, g2 = "g1/wasserstein/p1", "g2/wasserstein/p1"
+    between = overall.filter((pl.col("reference") == g2) & (pl.col("condition") == g1))
+    assert between.height == 1
+    # Paradigm groups of 20 items still get a CI; none from fewer than 10 items (ci_note says why).
+    assert table.filter(pl.col("group_kind") == "paradigm")["ci_note"].is_null().all()

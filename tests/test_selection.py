@@ -1,5 +1,7 @@
 """Neuron selectors and the perplexity-matched bisection."""
 
+import math
+
 import numpy as np
 import polars as pl
 import pytest
@@ -198,3 +200,23 @@ def test_matched_reports_running_out_of_steps():
     assert not out["converged"] and out["reason"] == "3 evaluations"
     assert len(out["trace"]) == 3
     assert out["relative_gap"] == min(abs(t["perplexity"] / 20.0 - 1) for t in out["trace"])
+
+
+def test_matched_nll_tolerance_keeps_searching_until_the_control_reaches_w():
+    # A curve like the demo's SmolLM2 search (ppl 17.2 clean, 19.8 under W, ~1,250 at 95%): a 5% perplexity gap
+    # stops with a control that has ~83% of W's NLL increase; nll_increase_tolerance 0.1 goes on to 90-110%.
+    def ppl(m):
+        return 17.22 * math.exp(0.0105 * m + 0.00035 * m * m)
+
+    clean, target = 17.22, 19.79
+    loose = perplexity_matched_fraction(ppl, target, clean=clean, tolerance=0.05, max_steps=8)
+    assert loose["converged"] and "nll_increase_ratio" not in loose  # keys as before without the option
+    assert math.log(loose["perplexity"] / clean) / math.log(target / clean) < 0.9
+    tight = perplexity_matched_fraction(
+        ppl, target, clean=clean, tolerance=0.05, nll_increase_tolerance=0.1, max_steps=8
+    )
+    assert tight["converged"] and abs(tight["nll_increase_ratio"] - 1) <= 0.1
+    assert tight["nll_increase_tolerance"] == 0.1 and tight["unreachable"] is False
+    # W lowering perplexity: nothing to match, never converged, and no share of an increase
+    lower = perplexity_matched_fraction(ppl, 17.0, clean=clean, nll_increase_tolerance=0.1)
+    assert not lower["converged"] and lower["nll_increase_ratio"] is None

@@ -58,5 +58,7 @@ def correlations(table: pl.DataFrame, errors: list[str], n_boot: int = 2000, see
                     "r_ci_lo": ci["pearson_ci"][0],
                     "r_ci_hi": ci["pearson_ci"][1],
                 }
+                if "ci_undefined" in ci:  # too few layers for a bootstrap CI: the reason instead
+                    row["ci_undefined"] = ci["ci_undefined"]
             rows.append(row)
     return pl.DataFrame(rows, infer_schema_length=None)

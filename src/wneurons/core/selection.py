@@ -132,6 +132,7 @@ def perplexity_matched_fraction(
     *,
     clean: float | None = None,
     tolerance: float = 0.02,
+    nll_increase_tolerance: float | None = None,
     max_percent: float = 95.0,
     max_steps: int = 12,
 ) -> dict:
@@ -142,11 +143,16 @@ def perplexity_matched_fraction(
     ``max_percent`` (evaluated first). Inside the bracket: false position with the Illinois modification
     (interpolation in log perplexity; converges in a few evaluations where bisection needs one per halving),
     falling back to the midpoint when an interpolated point leaves the bracket. Stops when the relative gap
-    |ppl/target - 1| <= ``tolerance`` or after ``max_steps`` evaluations (the clean one not counted).
+    |ppl/target - 1| <= ``tolerance`` and, with ``nll_increase_tolerance`` (e.g. 0.1), the control's NLL increase
+    over clean is within that fraction of the target's (|log(ppl/clean) / log(target/clean) - 1| <= it: a 5%
+    perplexity gap leaves a control with a third less damage when the target raises perplexity by 15%), or after
+    ``max_steps`` evaluations (the clean one not counted).
 
     Returns {"percent": best m, "perplexity": its perplexity, "target_perplexity", "relative_gap", "tolerance",
-    "converged", "reason" (why it stopped), "trace": [{"percent", "perplexity"}...]}. If even ``max_percent``
-    stays below target, returns it with converged False (reported, not hidden).
+    "nll_increase_ratio" (the best m's NLL increase over the target's; None when the target does not raise
+    perplexity), "nll_increase_tolerance", "converged", "unreachable" (even ``max_percent`` stays below target),
+    "reason" (why it stopped), "trace": [{"percent", "perplexity"}...]}. If even ``max_percent`` stays below
+    target, returns it with converged False (reported, not hidden).
     """
     if not (math.isfinite(target) and target > 0):
         raise ValueError(f"target perplexity must be positive and finite, got {target}")
@@ -166,6 +172,18 @@ def perplexity_matched_fraction(
     steps += 1
     g_hi = math.log(ppl_hi / target)
     best = (abs(ppl_hi / target - 1), hi, ppl_hi)
+
+    def reach(ppl: float) -> float | None:
+        return math.log(ppl / clean) / math.log(target / clean) if target > clean else None
+
+    def matched(best: tuple) -> bool:
+        if best[0] > tolerance:
+            return False
+        if nll_increase_tolerance is None:
+            return True
+        share = reach(best[2])
+        return share is not None and abs(share - 1) <= nll_increase_tolerance
+
     if ppl_hi < target:
         reason = f"clamping the lowest {max_percent:g}% still leaves perplexity below the target"
     elif g_lo >= 0:
@@ -173,7 +191,7 @@ def perplexity_matched_fraction(
     else:
         reason = f"{max_steps} evaluations"
         side = 0  # which end moved last: -1 lo, +1 hi (Illinois halves the other end's value on repeats)
-        while steps < max_steps and best[0] > tolerance:
+        while steps < max_steps and not matched(best):
             m = hi - g_hi * (hi - lo) / (g_hi - g_lo)
             if not lo < m < hi:
                 m = (lo + hi) / 2
@@ -189,10 +207,10 @@ def perplexity_matched_fraction(
                 lo, g_lo = m, g
                 g_hi = g_hi / 2 if side == -1 else g_hi
                 side = -1
-        if best[0] <= tolerance:
+        if matched(best):
             reason = "within tolerance"
     gap, percent, ppl = best
-    return {
+    out = {
         "percent": percent,
         "perplexity": ppl,
         "target_perplexity": target,
@@ -202,3 +220,9 @@ def perplexity_matched_fraction(
         "reason": reason,
         "trace": trace,
     }
+    if nll_increase_tolerance is not None:  # the keys of a search without it stay as they were
+        out["converged"] = target > clean and matched(best)
+        out["nll_increase_ratio"] = reach(ppl)
+        out["nll_increase_tolerance"] = nll_increase_tolerance
+        out["unreachable"] = ppl_hi < target
+    return out

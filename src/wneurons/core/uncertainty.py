@@ -6,9 +6,16 @@ resamples *items* (the same draw for both conditions), and the exact McNemar tes
 discordant pairs) decides whether the difference is real. Perplexity differences resample *windows*, the unit
 inside which tokens are correlated.
 
-Random controls come in T trials of the same items. Pooled over trials (as the paper's mean over trials) the
-per-item reference is the mean of the T trials' 0/1 outcomes; the exact test is then the sign test on the
-per-item differences, which is McNemar's test itself when T = 1 (differences in {-1, 0, 1}).
+Random controls come in T trials (T draws of neurons) on the same items. Pooled over trials (as the paper's mean
+over trials) the per-item reference is the mean of the T trials' 0/1 outcomes, and the uncertainty has two sources:
+which neurons were drawn, and which items were scored. The CI of a pooled comparison is a two-stage bootstrap
+(:func:`two_stage_bootstrap_mean`: resample the T draws, then the items); its test is the exact sign test over the
+per-item mean differences (:data:`SIGN_TEST`), which is McNemar's test itself when T = 1 (differences in
+{-1, 0, 1}) and which, like McNemar's, holds the draws fixed.
+
+No CI is computed from fewer resampling units than it needs (a bootstrap over 4 windows has 35 distinct resamples;
+one over 3 points of a correlation is its own extremes): :data:`MIN_RESAMPLING_UNITS` items / windows / neurons,
+:data:`MIN_CORRELATION_POINTS` points; the result says why instead (``ci_note``, ``ci_undefined``).
 
 Pure functions over numpy arrays; resamples are drawn as multinomial counts over the distinct per-item values
 (exactly the distribution of resampling items with replacement), so no Python loop runs over resamples or items.
@@ -25,6 +32,15 @@ from scipy import stats
 
 CI_LEVEL = 0.95
 RESAMPLES = 2000
+# The fewest units a percentile bootstrap resamples before its CI is reported (items, windows, neurons): 10 units
+# give 92,378 distinct resamples, 4 give 35. Below it the CI is NaN and ``ci_note`` says why.
+MIN_RESAMPLING_UNITS = 10
+# The fewest points of a correlation before its bootstrap CI is reported (3 points: the CI is [r, 1]).
+MIN_CORRELATION_POINTS = 5
+MCNEMAR = "exact McNemar"
+SIGN_TEST = "exact sign test over per-item mean differences (draws held fixed)"
+ITEM_BOOTSTRAP = "paired bootstrap over items"
+TWO_STAGE_BOOTSTRAP = "two-stage bootstrap (neuron draws, then items)"
 # Bound on one chunk of the resample-count matrix (resamples x distinct values), in elements.
 _CHUNK_ELEMENTS = 1 << 22
 
@@ -91,6 +107,32 @@ def bootstrap_mean(values: np.ndarray, *, resamples: int = RESAMPLES, seed: int 
     return np.concatenate(chunks) / v.size
 
 
+def two_stage_bootstrap_mean(values: np.ndarray, *, resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
+    """Bootstrap draws of the mean over items of the per-item mean over trials of ``values`` [T, n] (e.g. per-item
+    differences of T random draws of neurons): each resample first draws T trials with replacement, then n items
+    with replacement (independently), so the spread holds both the draw-to-draw and the item-to-item variance.
+
+    Drawn as multinomial counts over trials and over the distinct per-item columns (identical in law to
+    resampling indices); float64, ``resamples`` values.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 2 or v.size == 0:
+        raise ValueError(f"two-stage bootstrap needs a non-empty [trials, items] array, got shape {v.shape}")
+    if np.isnan(v).any():
+        raise ValueError("bootstrap values contain NaN")
+    trials, n = v.shape
+    patterns, counts = np.unique(v, axis=1, return_counts=True)  # [T, P]: items with the same outcomes
+    rng = np.random.default_rng(seed)
+    per_chunk = max(1, _CHUNK_ELEMENTS // (patterns.shape[1] + trials))
+    out = []
+    for start in range(0, resamples, per_chunk):
+        size = min(per_chunk, resamples - start)
+        weights = rng.multinomial(trials, np.full(trials, 1.0 / trials), size=size) / trials  # [R, T]
+        items = rng.multinomial(n, counts / n, size=size)  # [R, P]
+        out.append(((weights @ patterns) * items).sum(axis=1) / n)
+    return np.concatenate(out)
+
+
 def percentile_ci(draws: np.ndarray, level: float = CI_LEVEL) -> tuple[float, float]:
     """Percentile interval of bootstrap draws at ``level`` (e.g. 0.95 -> 2.5th and 97.5th percentiles)."""
     tail = 100 * (1 - level) / 2
@@ -109,20 +151,32 @@ def paired_accuracy_difference(
     """Accuracy drop ``acc(reference) - acc(condition)`` over the same items, with its paired bootstrap CI and
     the exact test.
 
-    ``reference_correct``: [n] 0/1, or [T, n] 0/1 for T random trials pooled (per-item mean over trials; the
-    exact test is then the sign test on per-item differences, McNemar's test when T = 1).
-    ``condition_correct``: [n] 0/1. Returns n, accuracies (fractions), ``drop``, ``ci_lo``/``ci_hi``, the
-    discordant counts ``only_reference``/``only_condition`` (items where that side is better) and ``p_value``.
+    ``reference_correct``, ``condition_correct``: [n] 0/1, or on one side [T, n] 0/1 for T random trials pooled
+    (per-item mean over trials; for T > 1 the CI is :func:`two_stage_bootstrap_mean` and the test the sign test
+    on per-item mean differences, McNemar's test when T = 1). Returns n, trials, accuracies (fractions),
+    ``drop``, ``ci_lo``/``ci_hi`` (NaN under :data:`MIN_RESAMPLING_UNITS` items, ``ci_note`` then says why, else
+    None), ``ci_method``, the discordant counts ``only_reference``/``only_condition`` (items where that side is
+    better), ``p_value`` and ``test`` (which test gave it).
     """
-    ref = np.asarray(reference_correct, dtype=np.float64)
-    cond = np.asarray(condition_correct, dtype=np.float64)
-    if ref.ndim == 2:
-        ref = ref.mean(axis=0)
-    if ref.shape != cond.shape or cond.ndim != 1:
+    ref_stack = np.atleast_2d(np.asarray(reference_correct, dtype=np.float64))
+    cond_stack = np.atleast_2d(np.asarray(condition_correct, dtype=np.float64))
+    if min(ref_stack.shape[0], cond_stack.shape[0]) > 1:
+        raise ValueError("paired outcomes: only one side can hold several trials")
+    ref, cond = ref_stack.mean(axis=0), cond_stack.mean(axis=0)
+    if ref.shape != cond.shape or ref_stack.ndim != 2 or cond_stack.ndim != 2:
         raise ValueError(f"paired outcomes need one length of items, got shapes {ref.shape} and {cond.shape}")
     d = ref - cond
+    trials = max(ref_stack.shape[0], cond_stack.shape[0])
     only_ref, only_cond, p = sign_test(d)
-    lo, hi = percentile_ci(bootstrap_mean(d, resamples=resamples, seed=seed), level)
+    note = None
+    if d.size < MIN_RESAMPLING_UNITS:
+        lo, hi = math.nan, math.nan
+        note = f"no CI from {d.size} items (a bootstrap needs {MIN_RESAMPLING_UNITS})"
+    elif trials > 1:
+        draws = two_stage_bootstrap_mean(ref_stack - cond_stack, resamples=resamples, seed=seed)
+        lo, hi = percentile_ci(draws, level)
+    else:
+        lo, hi = percentile_ci(bootstrap_mean(d, resamples=resamples, seed=seed), level)
     return {
         "n": int(d.size),
         "acc_reference": float(ref.mean()),
@@ -133,6 +187,10 @@ def paired_accuracy_difference(
         "only_reference": only_ref,
         "only_condition": only_cond,
         "p_value": p,
+        "trials": trials,
+        "test": MCNEMAR if trials == 1 else SIGN_TEST,
+        "ci_method": ITEM_BOOTSTRAP if trials == 1 else TWO_STAGE_BOOTSTRAP,
+        "ci_note": note,
     }
 
 
@@ -156,10 +214,11 @@ def paired_perplexity_ratio(
     """Perplexity ratio ``ppl(condition) / ppl(reference)`` over the same windows, with a window bootstrap CI.
 
     ``*_sums``: summed token NLL (nats) per window, [W] or [T, W] for T random trials (pooled: that side's
-    perplexity is the mean over its trials, as the paper averages perplexities over random trials);
-    ``counts``: tokens per window [W]. Perplexity = exp(sum NLL / sum tokens) over the resampled windows (each
-    window keeps its tokens together). Returns ppl of both sides, ``ratio``, ``ci_lo``/``ci_hi``, ``delta_nll``
-    (nats/token) and n_windows.
+    perplexity is the mean over its trials, as the paper averages perplexities over random trials; its CI is
+    two-stage: each resample draws the T trials, then the windows); ``counts``: tokens per window [W].
+    Perplexity = exp(sum NLL / sum tokens) over the resampled windows (each window keeps its tokens together).
+    Returns ppl of both sides, ``ratio``, ``ci_lo``/``ci_hi`` (NaN under :data:`MIN_RESAMPLING_UNITS` windows,
+    ``ci_note`` then says why), ``ci_method``, ``delta_nll`` (nats/token), n_windows and trials.
     """
     counts = np.asarray(counts, dtype=np.float64)
     ref = np.atleast_2d(np.asarray(reference_sums, dtype=np.float64))
@@ -169,18 +228,37 @@ def paired_perplexity_ratio(
             f"window sums and counts disagree: {ref.shape[-1]}, {cond.shape[-1]} windows vs {counts.size} counts"
         )
 
-    def ratio(weights: np.ndarray) -> np.ndarray:
+    def side_ppl(weights: np.ndarray, tokens: np.ndarray, sums: np.ndarray, trial_weights) -> np.ndarray:
+        ppl = np.exp((weights @ sums.T) / tokens[:, None])  # [R, T]
+        return ppl.mean(axis=1) if trial_weights is None else (ppl * trial_weights).sum(axis=1)
+
+    def ratio(weights: np.ndarray, ref_trials=None, cond_trials=None) -> np.ndarray:
         tokens = weights @ counts  # [R]
-        ref_ppl = np.exp((weights @ ref.T) / tokens[:, None])  # [R, T_ref]
-        cond_ppl = np.exp((weights @ cond.T) / tokens[:, None])  # [R, T_cond]
-        return cond_ppl.mean(axis=1) / ref_ppl.mean(axis=1)
+        return side_ppl(weights, tokens, cond, cond_trials) / side_ppl(weights, tokens, ref, ref_trials)
+
+    def trial_weights(rng: np.random.Generator, trials: int, size: int):
+        if trials == 1:  # nothing to resample (and no draw: single-trial CIs stay as they were)
+            return None
+        return rng.multinomial(trials, np.full(trials, 1.0 / trials), size=size) / trials
 
     point = ratio(np.ones((1, counts.size)))[0]
-    rng = np.random.default_rng(seed)
-    uniform = np.full(counts.size, 1.0 / counts.size)
-    chunks = _multinomial_chunks(counts.size, uniform, resamples, rng)
-    draws = np.concatenate([ratio(w.astype(np.float64)) for w in chunks])
-    lo, hi = percentile_ci(draws, level)
+    trials = max(ref.shape[0], cond.shape[0])
+    note = None
+    if counts.size < MIN_RESAMPLING_UNITS:
+        lo, hi = math.nan, math.nan
+        note = f"no CI from {counts.size} windows (a bootstrap needs {MIN_RESAMPLING_UNITS})"
+    else:
+        rng = np.random.default_rng(seed)
+        uniform = np.full(counts.size, 1.0 / counts.size)
+        per_chunk = max(1, _CHUNK_ELEMENTS // counts.size)
+        draws = []
+        for start in range(0, resamples, per_chunk):
+            size = min(per_chunk, resamples - start)
+            ref_t = trial_weights(rng, ref.shape[0], size)  # the draws first, then the windows
+            cond_t = trial_weights(rng, cond.shape[0], size)
+            windows = rng.multinomial(counts.size, uniform, size=size).astype(np.float64)
+            draws.append(ratio(windows, ref_t, cond_t))
+        lo, hi = percentile_ci(np.concatenate(draws), level)
     total = counts.sum()
     return {
         "n_windows": int(counts.size),
@@ -191,6 +269,9 @@ def paired_perplexity_ratio(
         "ci_lo": lo,
         "ci_hi": hi,
         "delta_nll": float((cond.sum(axis=1).mean() - ref.sum(axis=1).mean()) / total),
+        "trials": trials,
+        "ci_method": "bootstrap over windows" if trials == 1 else "two-stage bootstrap (neuron draws, then windows)",
+        "ci_note": note,
     }
 
 
@@ -210,7 +291,9 @@ def correlation_with_ci(x: Iterable[float], y: Iterable[float], *, n_boot: int =
     """Pearson r and Spearman rho of paired values with percentile bootstrap 95% CIs (pairs resampled with
     replacement, ``default_rng(seed)``; resamples with a constant side are skipped and counted).
     Where a correlation is undefined (fewer than 3 finite pairs, or one side constant) every statistic is None
-    and ``undefined`` says why: results are JSON, which has no NaN."""
+    and ``undefined`` says why: results are JSON, which has no NaN. With fewer than
+    :data:`MIN_CORRELATION_POINTS` pairs r and rho are given but their CIs are None and ``ci_undefined`` says
+    why (3 points resample to their own extremes)."""
     xa, ya = np.asarray(list(x), dtype=np.float64), np.asarray(list(y), dtype=np.float64)
     keep = np.isfinite(xa) & np.isfinite(ya)
     xa, ya = xa[keep], ya[keep]
@@ -235,6 +318,18 @@ def correlation_with_ci(x: Iterable[float], y: Iterable[float], *, n_boot: int =
             "n_boot_used": 0,
             "seed": seed,
             "undefined": why,
+        }
+    if n < MIN_CORRELATION_POINTS:
+        return {
+            "pearson_r": float(stats.pearsonr(xa, ya).statistic),
+            "pearson_ci": [None, None],
+            "spearman_rho": float(stats.spearmanr(xa, ya).statistic),
+            "spearman_ci": [None, None],
+            "n": int(n),
+            "n_boot": n_boot,
+            "n_boot_used": 0,
+            "seed": seed,
+            "ci_undefined": f"{n} points (a bootstrap CI needs {MIN_CORRELATION_POINTS})",
         }
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(n_boot, n))

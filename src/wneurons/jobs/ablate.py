@@ -161,6 +161,7 @@ def matched_search_job(
             target,
             clean=clean,
             tolerance=search["tolerance"],
+            nll_increase_tolerance=search.get("nll_increase_tolerance"),
             max_percent=search["max_percent"],
             max_steps=search["max_steps"],
         )
@@ -177,14 +178,19 @@ def matched_search_job(
             seconds=round(time.perf_counter() - start, 2),
             **perplexity_options(evaluation, window_bos),
         )
+        reach = result.get("nll_increase_ratio")
+        reached = "" if reach is None else f", {100 * reach:.1f}% of W's NLL increase"
         if result["converged"]:
-            log.info("matched search converged: %.4g%% at gap %.4f", result["percent"], result["relative_gap"])
+            log.info(
+                "matched search converged: %.4g%% at gap %.4f%s", result["percent"], result["relative_gap"], reached
+            )
         else:
             log.warning(
-                "matched search did NOT reach tolerance %.3f: best gap %.4f at %.4g%% (%s)",
+                "matched search did NOT reach tolerance %.3f: best gap %.4f at %.4g%%%s (%s)",
                 result["tolerance"],
                 result["relative_gap"],
                 result["percent"],
+                reached,
                 result["reason"],
             )
         io.write_json(out_path, result)

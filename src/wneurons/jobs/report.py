@@ -50,8 +50,10 @@ def paired_job(
         "benchmark": benchmark,
         "resamples": resamples,
         "seed": seed,
-        "ci": "percentile bootstrap 95%, items resampled (ppl: windows), paired",
-        "test": "exact McNemar (sign test on per-item mean over trials when random trials are pooled)",
+        "ci": "percentile bootstrap 95%, paired: items resampled (ppl: windows); pooled random trials: two-stage "
+        "(the neuron draws, then the items); none from fewer than 10 units (column ci_note says why)",
+        "test": "per row (column test): exact McNemar on one trial; pooled random trials: exact sign test over "
+        "per-item mean differences",
         "clean_items": clean_path,
         "clean_items_sha256": io.sha256_file(clean_path),
         "drop": "acc(reference) - acc(condition); ppl: ratio = ppl(condition) / ppl(reference)",

@@ -4,8 +4,10 @@
   the clean model and every ablation condition of one checkpoint: each comparison the paper makes (W vs clean,
   W vs random, W vs matched, and every control vs clean) per group (overall, BLiMP linguistics term and paradigm,
   TSE family and task) with the paired statistics of :mod:`core.uncertainty`; random controls pooled over trials
-  (as the paper's mean) and per trial.
-- :func:`claims_markdown` and :func:`claims_html` render the claims table of ``shared/spec/analyses.md``
+  (as the paper's mean; CI: two-stage bootstrap over the neuron draws, then the items; test: the sign test over
+  per-item mean differences, named in each row's ``test``) and per trial (exact McNemar); BLiMP / TSE also W of
+  each layer group against W of every later group (C14's test).
+- :func:`claims_markdown` and :func:`claims_html` render the claims table of ``docs/analyses.md``
   section F (rows from :func:`wneurons.report.claims.claim_rows`), :func:`run_provenance` its provenance.
 
 Their jobs (read the files a rule names, write its outputs) are :mod:`wneurons.jobs.report`.
@@ -41,8 +43,10 @@ def read_items(path: str | Path, benchmark: str) -> pl.DataFrame:
     return frame.sort("position" if benchmark == "ppl" else "item")
 
 
-def _comparisons(keys: dict[str, ConditionKey]) -> list[tuple[str, str]]:
-    """(reference, condition) pairs: every condition vs clean; W vs random and W vs matched at the same scope/p."""
+def _comparisons(keys: dict[str, ConditionKey], between_groups: bool = False) -> list[tuple[str, str]]:
+    """(reference, condition) pairs: every condition vs clean; W vs random and W vs matched at the same scope/p;
+    with ``between_groups``, W of layer group gI vs W of every later group gJ at the same percent (reference gJ,
+    condition gI: the drop is how much more gI's ablation costs, the paired test C14 decides on)."""
     pairs = [("clean", key) for key in sorted(keys)]
     for key, c in sorted(keys.items()):
         if c.selector != "wasserstein":
@@ -51,6 +55,16 @@ def _comparisons(keys: dict[str, ConditionKey]) -> list[tuple[str, str]]:
             ref = condition_key(c.scope, control, c.percent)
             if ref in keys:
                 pairs.append((ref, key))
+    if between_groups:
+        groups = sorted(
+            (int(c.scope[1:]), key)
+            for key, c in keys.items()
+            if c.selector == "wasserstein" and c.scope[0] == "g" and c.scope[1:].isdigit()
+        )
+        for i, (gi, key_i) in enumerate(groups):
+            for gj, key_j in groups[i + 1 :]:
+                if keys[key_i].percent == keys[key_j].percent and gi != gj:
+                    pairs.append((key_j, key_i))
     return pairs
 
 
@@ -78,16 +92,14 @@ def _accuracy_rows(
         masks += [(column, str(v), values == v) for v in np.unique(values)]
     rows = []
     keys = {k: parse_condition_key(k) for k in tables}
-    for reference, condition in _comparisons(keys):
+    for reference, condition in _comparisons(keys, between_groups=True):
         # The side with trials (random) is viewed pooled and per trial; the other side has one outcome vector.
         side = condition if reference == "clean" else reference
         for trial, stack in _trial_views(outcome[side]):
             ref = outcome["clean"][0][None, :] if reference == "clean" else stack
             cond = stack if reference == "clean" else outcome[condition][0][None, :]
             for kind, group, mask in masks:
-                stats = paired_accuracy_difference(
-                    ref[:, mask], cond[:, mask].mean(axis=0), resamples=resamples, seed=seed
-                )
+                stats = paired_accuracy_difference(ref[:, mask], cond[:, mask], resamples=resamples, seed=seed)
                 rows.append(
                     {
                         "benchmark": benchmark,
@@ -143,33 +155,45 @@ def claims_markdown(rows: list[dict], link_base: str | Path) -> str:
     import os
 
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("holds", "does not hold", "not enough data", "not run")}
+    header = ["| id | claim | model | paper | ours | 95% CI | test | verdict | source |", "|---" * 9 + "|"]
     lines = [
         "# Replication: the paper's claims on this run",
         "",
-        "One row per claim of `shared/spec/analyses.md` §F and model (paper models, then this run's other models,",
-        'marked "not in paper"). Verdicts: ' + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".",
-        "CIs are 95% percentile bootstraps (paired over items, or over windows for perplexity);",
-        "McNemar tests are exact.",
+        "One row per claim of `docs/analyses.md` §F and model (paper models, then this run's other models, marked",
+        '"not in paper"). Verdicts: ' + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".",
+        f"CIs: {CI_WORDS}",
         "",
-        "| id | claim | model | paper | ours | 95% CI | test | verdict | source |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "## Decided on this run",
+        "",
     ]
-    for r in rows:
-        links = ", ".join(f"[{Path(s).name}]({os.path.relpath(s, link_base)})" if s != "config" else "config"
-                          for s in r["sources"])  # fmt: skip
-        cells = [
-            r["id"],
-            r["claim"],
-            r["model"],
-            r["paper"],
-            r["ours"],
-            r["ci"],
-            r["test"],
-            f"**{r['verdict']}**",
-            links,
-        ]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    decided, not_run = _split_rows(rows)
+    not_run_title = "## Not run (the files or models these rows need are not in this run)"
+    for title, part in (("", decided), (not_run_title, not_run)):
+        if title:
+            lines += ["", title, ""]
+        if not part:
+            lines.append("(none)")
+            continue
+        lines += header
+        for r in part:
+            links = ", ".join(f"[{Path(s).name}]({os.path.relpath(s, link_base)})" if s != "config" else "config"
+                              for s in r["sources"])  # fmt: skip
+            cells = [r["id"], r["claim"], r["model"], r["paper"], r["ours"], r["ci"], r["test"], f"**{r['verdict']}**"]
+            lines.append("| " + " | ".join(_cell(c) for c in [*cells, links]) + " |")
     return "\n".join(lines) + "\n"
+
+
+CI_WORDS = (
+    "95% percentile bootstraps, paired over items (BLiMP, TSE) or windows (perplexity); pooled random trials "
+    "resample the neuron draws, then the items (two-stage). Tests: exact McNemar on one trial; pooled random "
+    "trials: exact sign test over per-item mean differences. No CI from fewer than 10 items / windows / neurons "
+    "or 5 points of a correlation: the reason is given instead."
+)
+
+
+def _split_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(rows this run decided: holds / does not hold / not enough data, rows that did not run), each in claim order."""
+    return [r for r in rows if r["verdict"] != "not run"], [r for r in rows if r["verdict"] == "not run"]
 
 
 def claims_html(rows: list[dict], provenance: dict, link_base: str | Path) -> str:
@@ -188,12 +212,12 @@ def claims_html(rows: list[dict], provenance: dict, link_base: str | Path) -> st
         "td,th{border-bottom:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}"
         "pre{background:#f6f6f6;padding:.5em;overflow:auto}</style></head><body>",
         "<h1>The paper's claims on this run</h1>",
-        "<p>" + ", ".join(f"{e(k)}: {v}" for k, v in counts.items()) + ". CIs: 95% percentile bootstrap, paired "
-        "over items (BLiMP, TSE; exact McNemar tests) or windows (perplexity).</p>",
+        "<p>" + ", ".join(f"{e(k)}: {v}" for k, v in counts.items()) + f". CIs: {e(CI_WORDS)}</p>",
         "<table><tr>" + "".join(f"<th>{h}</th>" for h in ("id", "claim", "model", "paper", "ours", "95% CI", "test",
                                                           "verdict", "source")) + "</tr>",
     ]  # fmt: skip
-    for r in rows:
+    decided, not_run = _split_rows(rows)
+    for r in decided + not_run:  # decided rows first
         links = ", ".join(
             e(s) if s == "config" else f"<a href='{e(os.path.relpath(s, link_base))}'>{e(Path(s).name)}</a>"
             for s in r["sources"]
@@ -215,5 +239,7 @@ def run_provenance(run_spec: dict) -> dict:
             path = Path(spec["files"].get(bench, ""))
             if path.is_file():
                 blocks[bench] = io.read_json(path).get("provenance", {})
-        models[name] = {"revision": spec.get("revision"), "family": spec["family"], "results": blocks or "not run"}
+        # family: the configured one, else the loaded model's (its results' provenance), as the schema allows
+        family = spec.get("family") or next((b["family"] for b in blocks.values() if b.get("family")), None)
+        models[name] = {"revision": spec.get("revision"), "family": family, "results": blocks or "not run"}
     return {"config": run_spec["config"], "data": run_spec["data"], "models": models}
