@@ -220,4 +220,4 @@ def test_layerwise_correlations_print_no_ci_from_three_layers():
                           "err": [0.0, 0.0, 0.0025]})  # fmt: skip
     nn = correlations(three, ["err"]).filter(pl.col("share") == "nn").row(0, named=True)
     assert nn["pearson_r"] > 0.8 and nn["r_ci_lo"] is None and nn["r_ci_hi"] is None
-    assert nn["ci_undefined"] == f"3 layers (a bootstrap CI needs {MIN_CORRELATION_POINTS})"
+    assert nn["ci_undefined"] == f"3 points (a bootstrap CI needs {MIN_CORRELATION_POINTS})"
