@@ -44,7 +44,7 @@ def engine_seconds(y16: np.ndarray, threads: int) -> float:
     y_kn = np.ascontiguousarray(y16.T)
 
     def run():
-        return stats._all_neurons(
+        return stats.all_neuron_statistics(
             lambda a, b: y_kn[a:b], y_kn.shape[0], y_kn.shape[1], chunk_neurons=stats.CHUNK_NEURONS, threads=threads
         )
 

@@ -15,7 +15,7 @@ import polars as pl
 
 from wneurons.core.selection import top_percent_indices
 from wneurons.core.uncertainty import mean_and_sem
-from wneurons.store.checkpoints import _STEP, by_step, step_of
+from wneurons.store.checkpoints import STEP_REVISION, by_step, step_of
 
 # The paper's three cohorts (spec D1), as the defaults of config `training.cohorts`.
 DEFAULT_COHORTS = {"layer": 1, "wd_percent": 1.0, "all_layers_percent": 5.0, "md_percent": 5.0, "rule": "authors"}
@@ -166,7 +166,7 @@ def integrity_problems(hashes: Mapping[str, str], final_revision: str) -> list[s
     problems = []
     for digest, members in groups.items():
         if len(members) > 1:
-            names = ", ".join(by_step(members) if all(_STEP.match(m) for m in members) else sorted(members))
+            names = ", ".join(by_step(members) if all(STEP_REVISION.match(m) for m in members) else sorted(members))
             what = "equal the final revision" if final_revision in members else "have identical weights"
             problems.append(f"checkpoints {names} {what} (sha256 {digest[:12]})")
     return problems

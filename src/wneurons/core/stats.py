@@ -170,7 +170,7 @@ class _Engine:
         )
 
 
-def _all_neurons(
+def all_neuron_statistics(
     get_block: Callable[[int, int], np.ndarray],
     n_neurons: int,
     n_tokens: int,
@@ -180,7 +180,8 @@ def _all_neurons(
     pairs: _Pairs | None = None,
     threads: int | None = None,
 ) -> _ChunkStats:
-    """Statistics of neurons 0..n_neurons-1; ``get_block(start, stop)`` returns their [stop - start, N] values.
+    """Statistics of neurons 0..n_neurons-1 (the engine of every statistics pass, public for perf/bench_wd.py);
+    ``get_block(start, stop)`` returns their [stop - start, N] values.
 
     Chunks go to ``threads`` workers as they free up (default: torch's thread count, which honours
     OMP_NUM_THREADS); the kernels, numpy's sort and the shard reads release the GIL.
@@ -235,7 +236,7 @@ def _statistics_nk(
     arr = _as_numpy(y)
     n_tokens, n_neurons = arr.shape
     y_kn = _neuron_major_copy(arr)
-    return _all_neurons(
+    return all_neuron_statistics(
         lambda start, stop: y_kn[start:stop],
         n_neurons,
         n_tokens,

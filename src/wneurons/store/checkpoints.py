@@ -16,14 +16,15 @@ from pathlib import Path
 import numpy as np
 
 PYTHIA_TOKENS_PER_STEP = 2_097_152
-_STEP = re.compile(r"^step(\d+)$")
+# A revision named for its training step, as Pythia's hub branches are.
+STEP_REVISION = re.compile(r"^step(\d+)$")
 _SUITE_DIR = re.compile(r"^(?:step|checkpoint-|checkpoint_|global_step)(\d+)$")
 
 
 # ---------------------------------------------------------------- steps and revisions
 def step_of(revision: str) -> int:
     """Training step of a revision named ``step<N>``; anything else is a ValueError naming it."""
-    match = _STEP.match(revision)
+    match = STEP_REVISION.match(revision)
     if match is None:
         raise ValueError(f"revision {revision!r} is not named step<N>; training dynamics need the step of each")
     return int(match.group(1))
