@@ -118,6 +118,6 @@ def test_figure5_from_the_case_study_files(tmp_path):
         "all_pairs": tmp_path / "all.parquet",
         "robustness": tmp_path / "robust.json",
     }
-    highlighted = figure_job("figure5", inputs, [tmp_path / "f5.png"], {}, {})
+    highlighted = figure_job("figure5", inputs, [tmp_path / "f5.png"], {"figure": {}}, {})
     assert highlighted == [4, 9]
     assert (tmp_path / "f5.png").stat().st_size > 0

@@ -109,9 +109,15 @@ def test_all_targets_of_the_paper_grid(paper):
     # Figure 3 per model with ablations (final revision), Figure 4 where layer groups or single layers exist.
     ablated = [m for m, s in paper["models"].items() if s["ablate"]]
     figure3 = [t for t in every if t.startswith(f"{paths.FIGURES}/figure3/")]
-    assert sorted(figure3) == sorted(paths.figure3(m, targets.final_revision(paper, m)) for m in ablated)
-    assert paths.figure6cd("pythia-1.4b") in every and paths.figure6b("pythia-1.4b") in every
-    assert {paths.figure2b(), paths.figure2c(), paths.figure2d(), paths.figure7(), paths.figure3d()} <= set(every)
+    assert sorted(figure3) == sorted(paths.figure("figure3", m, targets.final_revision(paper, m)) for m in ablated)
+    assert paths.figure("figure6cd", "pythia-1.4b") in every and paths.figure("figure6b", "pythia-1.4b") in every
+    assert {
+        paths.figure("figure2b"),
+        paths.figure("figure2c"),
+        paths.figure("figure2d"),
+        paths.figure("figure7"),
+        paths.figure("figure3d"),
+    } <= set(every)
     assert paths.replication_md() in every and paths.report() not in every  # the report is built after the DAG
     assert every[-len(targets.analysis_targets(paper)) :] == targets.analysis_targets(paper)
 
@@ -121,7 +127,7 @@ def test_all_targets_of_the_demo(demo):
     assert len(every) == len(set(every))
     final = {m: targets.final_revision(demo, m) for m in demo["models"]}
     assert paths.explorer("smollm2-135m", final["smollm2-135m"]) in every
-    assert paths.figure6cd("neox-mini") in every and paths.figure2c() in every
+    assert paths.figure("figure6cd", "neox-mini") in every and paths.figure("figure2c") in every
     assert sum(t.endswith("/neurons.parquet") for t in every) == len(targets.model_revisions(demo))
     # the claims table reads the neuron tables and every analysis file the config produces, once each
     claims = targets.claim_inputs(demo)

@@ -17,7 +17,7 @@ from wneurons.experiment.grid import Condition, format_percent
 pytestmark = pytest.mark.slow
 
 MODEL, MAIN = "tiny-llama", "main"
-TARGETS = [paths.figure3d(), paths.figure5(), paths.figure6a(), paths.figure7()]
+TARGETS = [paths.figure("figure3d"), paths.figure("figure5"), paths.figure("figure6a"), paths.figure("figure7")]
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_a_run_stopped_before_a_single_layer_job_resumes_with_it(analyses_run):
         (root / path).unlink()
     for path in (paths.layerwise_table(MODEL, MAIN), paths.layerwise_correlations(MODEL, MAIN)):
         (root / path).unlink()
-    (root / paths.figure7()).unlink()
+    (root / paths.figure("figure7")).unlink()
     jobs = dry_run_jobs(root, *TARGETS)
     assert jobs["score_ablation"] == 1 and jobs["layerwise"] == 1 and jobs["figure7"] == 1
     assert not {"pair_sample", "pair_signs", "pos_tags", "collect_activations"} & set(jobs)

@@ -22,13 +22,13 @@ def _dry_run(target: str, *options: str) -> str:
 
 
 def test_demo_config_alone_defines_the_grid():
-    out = _dry_run(paths.figure1(), "--configfile", "config/demo.yaml")
+    out = _dry_run(paths.figure("figure1"), "--configfile", "config/demo.yaml")
     assert paths.shards("smollm2-135m", "main") in out
     # a merged paper grid would add the OPT contrast model (a hub download) to Figure 1
     assert "opt-1.3b" not in out
 
 
 def test_without_a_config_the_paper_grid_is_used():
-    out = _dry_run(paths.figure1())
+    out = _dry_run(paths.figure("figure1"))
     assert paths.shards("pythia-1.4b", "step143000") in out
     assert paths.shards("opt-1.3b", "main") in out

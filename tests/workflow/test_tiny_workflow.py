@@ -58,7 +58,12 @@ def test_all_results_written_with_provenance(tiny_run):
     assert ppl["all/matched/p5"]["matched_gap"] == pytest.approx(gap) == pytest.approx(search["relative_gap"])
     assert ppl["all/matched/p5"]["matched_converged"] == search["converged"] == (gap <= 0.05)
     assert (tiny_run / paths.neurons(MODEL, MAIN)).stat().st_size > 0
-    for fig in (paths.figure1(), paths.figure2a(), paths.figure3(MODEL, MAIN), paths.figure4(MODEL, MAIN)):
+    for fig in (
+        paths.figure("figure1"),
+        paths.figure("figure2a"),
+        paths.figure("figure3", MODEL, MAIN),
+        paths.figure("figure4", MODEL, MAIN),
+    ):
         assert (tiny_run / fig).stat().st_size > 0
 
 

@@ -290,92 +290,14 @@ def search_spec(wildcards):
 
 
 # ---------------------------------------------------------------- figures.smk
-def figure1_inputs(wildcards):
-    inputs = {}
-    for i, m in enumerate(targets.figure1_models(config)):
-        inputs[f"shards{i}"] = paths.kept_shards(m, final_revision(m))
-        inputs[f"neurons{i}"] = paths.neurons(m, final_revision(m))
-    return inputs
+def figure_inputs(rule_name):
+    """A figure rule's input files, from its row in wneurons.jobs.figures.FIGURES."""
+    return lambda wildcards: FIGURES[rule_name].inputs(config, wildcards)
 
 
-def figure1_params(wildcards):
-    """Model(s), layer, neuron and nonlinearity of Figure 1 (index 0 = main model, 1 = ReLU contrast)."""
-    fig = config["figures"]["figure1"]
-    models = targets.figure1_models(config)
-    return {"models": models, "layer": fig["layer"], "neuron": fig["neuron"]}
-
-
-def figure2a_inputs(wildcards):
-    return [paths.neurons(m, final_revision(m)) for m in MODELS]
-
-
-def figure2bd_inputs(wildcards):
-    models = targets.training_models(config)
-    return {
-        "tables": [paths.emergence_table(m) for m in models],
-        "summaries": [paths.emergence_summary(m) for m in models],
-    }
-
-
-def figure2c_inputs(wildcards):
-    return [paths.cosine_drift(m) for m in targets.drift_models(config)]
-
-
-def figure3d_inputs(wildcards):
-    m = config["pos"]["model"]
-    return paths.pos_surprisal(m, final_revision(m))
-
-
-def figure3d_params(wildcards):
-    return {"min_tokens": config["pos"]["min_tokens"], "label": config["pos"]["model"]}
-
-
-def figure5_inputs(wildcards):
-    m = config["figures"]["figure5"]["model"]
-    r = final_revision(m)
-    return {
-        "pairs": paths.case_study_pairs(m, r),
-        "all_pairs": paths.case_study_all_pairs(m, r),
-        "robustness": paths.case_study_robustness(m, r),
-    }
-
-
-def figure6a_inputs(wildcards):
-    m = config["figures"]["figure6"]["model"]
-    return paths.pair_composition(m, final_revision(m))
-
-
-def figure6a_params(wildcards):
-    fig = config["figures"]["figure6"]
-    return {
-        "md_percent": fig["md_percent"],
-        "top_k": fig["top_k"],
-        "label": fig["model"],
-    }
-
-
-def figure6cd_inputs(wildcards):
-    m = wildcards.model
-    return {
-        "table": paths.ablation_vs_wd_table(m),
-        "summary": paths.ablation_vs_wd_summary(m),
-    }
-
-
-def figure7_inputs(wildcards):
-    m = config["figures"]["figure7"]["model"]
-    r = final_revision(m)
-    return {
-        "composition": paths.pair_composition(m, r),
-        "layerwise": paths.layerwise_table(m, r),
-        "correlations": paths.layerwise_correlations(m, r),
-    }
-
-
-def figure7_params(wildcards):
-    fig = config["figures"]["figure7"]
-    keys = ("md_percent", "top_k", "ablation_percent")
-    return {k: fig[k] for k in keys} | {"label": fig["model"]}
+def figure_params(rule_name):
+    """A figure rule's settings (its ``figure`` param), from its row in FIGURES."""
+    return FIGURES[rule_name].params(config)
 
 
 # ---------------------------------------------------------------- analyses.smk (paper §3 token level, §5-7)

@@ -1,190 +1,196 @@
 # Every figure of the paper, in its order: one rule per figure (2b and 2d are drawn together). What a figure reads,
 # how it is drawn, its caption and report section: its row in wneurons.jobs.figures.FIGURES; every rule runs
-# workflow/scripts/figure.py. Inputs and params helpers are in common.smk.
+# workflow/scripts/figure.py; its inputs and its settings (the `figure` param) come from the same row.
 
 
 rule figure1:
     input:
-        unpack(figure1_inputs),
+        unpack(figure_inputs("figure1")),
     output:
-        figure_report(paths.figure1(), "figure1"),
+        figure_report(paths.figure("figure1"), "figure1"),
     log:
         paths.log_file("figures", "figure1"),
     benchmark:
         paths.benchmark_file("figures", "figure1")
     localrule: True
     params:
-        figure=figure1_params,
+        figure=figure_params("figure1"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure2a:
     input:
-        figure2a_inputs,
+        unpack(figure_inputs("figure2a")),
     output:
-        figure_report(paths.figure2a(), "figure2a"),
+        figure_report(paths.figure("figure2a"), "figure2a"),
     log:
         paths.log_file("figures", "figure2a"),
     benchmark:
         paths.benchmark_file("figures", "figure2a")
     localrule: True
     params:
-        layer=config["figures"]["figure2a_layer"],
-        models=list(MODELS),
+        figure=figure_params("figure2a"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure2bd:
     input:
-        unpack(figure2bd_inputs),
+        unpack(figure_inputs("figure2bd")),
     output:
-        b=figure_report(paths.figure2b(), "figure2bd", 0),
-        d=figure_report(paths.figure2d(), "figure2bd", 1),
+        b=figure_report(paths.figure("figure2b"), "figure2bd", 0),
+        d=figure_report(paths.figure("figure2d"), "figure2bd", 1),
     log:
         paths.log_file("figures", "figure2bd"),
     benchmark:
         paths.benchmark_file("figures", "figure2bd")
     localrule: True
     params:
-        models=targets.training_models(config),
+        figure=figure_params("figure2bd"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure2c:
     input:
-        figure2c_inputs,
+        unpack(figure_inputs("figure2c")),
     output:
-        figure_report(paths.figure2c(), "figure2c"),
+        figure_report(paths.figure("figure2c"), "figure2c"),
     log:
         paths.log_file("figures", "figure2c"),
     benchmark:
         paths.benchmark_file("figures", "figure2c")
     localrule: True
     params:
-        models=targets.drift_models(config),
+        figure=figure_params("figure2c"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure3:
     input:
-        ppl=paths.aggregate("{model}", "{revision}", "ppl"),
-        blimp=paths.aggregate("{model}", "{revision}", "blimp"),
-        tse=paths.aggregate("{model}", "{revision}", "tse"),
+        unpack(figure_inputs("figure3")),
     output:
-        figure_report(paths.figure3("{model}", "{revision}"), "figure3"),
+        figure_report(paths.figure("figure3", "{model}", "{revision}"), "figure3"),
     log:
         paths.log_file("figures", "figure3/{model}/{revision}"),
     benchmark:
         paths.benchmark_file("figures", "figure3/{model}/{revision}")
     localrule: True
+    params:
+        figure=figure_params("figure3"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure3d:
     input:
-        figure3d_inputs,
+        unpack(figure_inputs("figure3d")),
     output:
-        figure_report(paths.figure3d(), "figure3d"),
+        figure_report(paths.figure("figure3d"), "figure3d"),
     log:
         paths.log_file("figures", "figure3d"),
     benchmark:
         paths.benchmark_file("figures", "figure3d")
     localrule: True
     params:
-        figure=figure3d_params,
+        figure=figure_params("figure3d"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure4:
     input:
-        blimp=paths.aggregate("{model}", "{revision}", "blimp"),
-        tse=paths.aggregate("{model}", "{revision}", "tse"),
+        unpack(figure_inputs("figure4")),
     output:
-        figure_report(paths.figure4("{model}", "{revision}"), "figure4"),
+        figure_report(paths.figure("figure4", "{model}", "{revision}"), "figure4"),
     log:
         paths.log_file("figures", "figure4/{model}/{revision}"),
     benchmark:
         paths.benchmark_file("figures", "figure4/{model}/{revision}")
     localrule: True
+    params:
+        figure=figure_params("figure4"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure5:
     input:
-        unpack(figure5_inputs),
+        unpack(figure_inputs("figure5")),
     output:
-        figure_report(paths.figure5(), "figure5"),
+        figure_report(paths.figure("figure5"), "figure5"),
     log:
         paths.log_file("figures", "figure5"),
     benchmark:
         paths.benchmark_file("figures", "figure5")
     localrule: True
+    params:
+        figure=figure_params("figure5"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure6a:
     input:
-        figure6a_inputs,
+        unpack(figure_inputs("figure6a")),
     output:
-        figure_report(paths.figure6a(), "figure6a"),
+        figure_report(paths.figure("figure6a"), "figure6a"),
     log:
         paths.log_file("figures", "figure6a"),
     benchmark:
         paths.benchmark_file("figures", "figure6a")
     localrule: True
     params:
-        figure=figure6a_params,
+        figure=figure_params("figure6a"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure6b:
     input:
-        paths.pair_signs_training("{model}"),
+        unpack(figure_inputs("figure6b")),
     output:
-        figure_report(paths.figure6b("{model}"), "figure6b"),
+        figure_report(paths.figure("figure6b", "{model}"), "figure6b"),
     log:
         paths.log_file("figures", "figure6b/{model}"),
     benchmark:
         paths.benchmark_file("figures", "figure6b/{model}")
     localrule: True
+    params:
+        figure=figure_params("figure6b"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure6cd:
     input:
-        unpack(figure6cd_inputs),
+        unpack(figure_inputs("figure6cd")),
     output:
-        figure_report(paths.figure6cd("{model}"), "figure6cd"),
+        figure_report(paths.figure("figure6cd", "{model}"), "figure6cd"),
     log:
         paths.log_file("figures", "figure6cd/{model}"),
     benchmark:
         paths.benchmark_file("figures", "figure6cd/{model}")
     localrule: True
+    params:
+        figure=figure_params("figure6cd"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
 rule figure7:
     input:
-        unpack(figure7_inputs),
+        unpack(figure_inputs("figure7")),
     output:
-        figure_report(paths.figure7(), "figure7"),
+        figure_report(paths.figure("figure7"), "figure7"),
     log:
         paths.log_file("figures", "figure7"),
     benchmark:
         paths.benchmark_file("figures", "figure7")
     localrule: True
     params:
-        figure=figure7_params,
+        figure=figure_params("figure7"),
     run:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)

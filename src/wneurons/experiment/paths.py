@@ -202,56 +202,11 @@ def pair_signs_training(model: str) -> str:
 
 
 # ---------------------------------------------------------------- figures
-def figure1() -> str:
-    return f"{FIGURES}/figure1.png"
-
-
-def figure2a() -> str:
-    return f"{FIGURES}/figure2a.png"
-
-
-def figure2b() -> str:
-    return f"{FIGURES}/figure2b.png"
-
-
-def figure2c() -> str:
-    return f"{FIGURES}/figure2c.png"
-
-
-def figure2d() -> str:
-    return f"{FIGURES}/figure2d.png"
-
-
-def figure3(model: str, revision: str) -> str:
-    return f"{FIGURES}/figure3/{model}/{revision}.png"
-
-
-def figure3d() -> str:
-    return f"{FIGURES}/figure3d.png"
-
-
-def figure4(model: str, revision: str) -> str:
-    return f"{FIGURES}/figure4/{model}/{revision}.png"
-
-
-def figure5() -> str:
-    return f"{FIGURES}/figure5.png"
-
-
-def figure6a() -> str:
-    return f"{FIGURES}/figure6a.png"
-
-
-def figure6b(model: str) -> str:
-    return f"{FIGURES}/figure6b/{model}.png"
-
-
-def figure6cd(model: str) -> str:
-    return f"{FIGURES}/figure6cd/{model}.png"
-
-
-def figure7() -> str:
-    return f"{FIGURES}/figure7.png"
+def figure(name: str, *parts: str) -> str:
+    """A figure's PNG: ``results/figures/{name}.png``, or ``results/figures/{name}/{part}/.../{last}.png`` for a
+    figure drawn per model (and revision), e.g. ``figure("figure3", model, revision)``. ``name`` is the figure's
+    name in the paper ("figure2b"); its rule and row in ``wneurons.jobs.figures.FIGURES`` may draw several."""
+    return f"{FIGURES}/{'/'.join((name, *parts))}.png"
 
 
 # ---------------------------------------------------------------- report

@@ -93,21 +93,21 @@ def checkpoint_targets(config: dict) -> list[str]:
         targets += [paths.aggregate(model, revision, b) for b in BENCHMARKS]
         conditions = conditions_for(config, model, revision)
         if revision == final_revision(config, model) and conditions:
-            targets.append(paths.figure3(model, revision))
+            targets.append(paths.figure("figure3", model, revision))
             if any(c.scope != "all" for c in conditions):
-                targets.append(paths.figure4(model, revision))
-    return [*targets, paths.figure1(), paths.figure2a()]
+                targets.append(paths.figure("figure4", model, revision))
+    return [*targets, paths.figure("figure1"), paths.figure("figure2a")]
 
 
 def training_targets(config: dict) -> list[str]:
     """Figures 2b and 2d (any training model), 2c (any weight grid), 6c-d and 6b per model that has them."""
     targets = []
     if training_models(config):
-        targets += [paths.figure2b(), paths.figure2d()]
+        targets += [paths.figure("figure2b"), paths.figure("figure2d")]
     if drift_models(config):
-        targets.append(paths.figure2c())
-    targets += [paths.figure6cd(m) for m in ablation_models(config)]
-    targets += [paths.figure6b(m) for m in pair_models(config)]
+        targets.append(paths.figure("figure2c"))
+    targets += [paths.figure("figure6cd", m) for m in ablation_models(config)]
+    targets += [paths.figure("figure6b", m) for m in pair_models(config)]
     return targets
 
 
@@ -126,18 +126,18 @@ def analysis_targets(config: dict) -> list[str]:
         rev = final_revision(config, model)
         targets += [paths.pair_signs(model, rev), paths.pair_composition(model, rev)]
     if figures["figure5"]["model"]:
-        targets.append(paths.figure5())
+        targets.append(paths.figure("figure5"))
     if figures["figure6"]["model"]:
-        targets.append(paths.figure6a())
+        targets.append(paths.figure("figure6a"))
     if figures["figure7"]["model"]:
         if not single_layer_scopes(config, figures["figure7"]["model"]):
             raise ConfigError(
                 f"figures.figure7.model {figures['figure7']['model']!r} has no single-layer ablations: "
                 "add it to ablation.single_layers.models"
             )
-        targets.append(paths.figure7())
+        targets.append(paths.figure("figure7"))
     if config["pos"]["model"]:
-        targets.append(paths.figure3d())
+        targets.append(paths.figure("figure3d"))
     return targets
 
 
