@@ -10,7 +10,7 @@ from pathlib import Path
 
 from wneurons.jobs import inprocess
 from wneurons.jobs.figures import FIGURES
-from wneurons.experiment import grid, paths, targets
+from wneurons.experiment import analyses, grid, paths, targets
 from wneurons.experiment.config import (
     MODEL_SOURCES,
     ConfigError,
@@ -301,8 +301,9 @@ def figure_params(rule_name):
 
 
 # ---------------------------------------------------------------- analyses.smk (paper §3 token level, §5-7)
-def analysis_condition(scope, selector, percent):
-    return grid.Condition(scope, selector, grid.format_percent(percent), 0)
+def of_config(function):
+    """``function(config, wildcards)`` as a function of a job's wildcards, for a rule's input or params."""
+    return lambda wildcards: function(config, wildcards)
 
 
 def pair_sample_inputs(wildcards):
@@ -314,109 +315,17 @@ def pair_sample_inputs(wildcards):
     return inputs
 
 
-def pair_sample_params(wildcards):
-    """Sample size, seed, source; the validation stream cut like the perplexity stream."""
-    pairs = config["pairs"]
-    return {
-        "source": pairs["source"],
-        "tokens": pairs["tokens"],
-        "seed": pairs["seed"],
-        "window": config["evaluation"]["perplexity_window"],
-        "max_tokens": pairs["max_tokens"],
-        "dtype": config["neurons"]["dtype"],
-    }
-
-
-def pair_signs_params(wildcards):
-    """top-k list and the (percent, top_k) selections of the figures drawn from this model."""
-    figures = config["figures"]
-    selections = [
-        {"percent": figures[f]["md_percent"], "top_k": figures[f]["top_k"]}
-        for f in ("figure6", "figure7")
-        if figures[f]["model"] == wildcards.model
-    ]
-    top_k = sorted({*config["pairs"]["top_k"], *(s["top_k"] for s in selections)})
-    return {"top_k": top_k, "selections": selections}
-
-
-def pos_tags_inputs(wildcards):
-    m = wildcards.model
-    return {
-        "ppl_items": paths.clean_items(m, final_revision(m), "ppl"),
-        "wikitext": paths.benchmark_data("ppl"),
-    }
-
-
-def pos_tags_params(wildcards):
-    """Only what changes the tags (a new figure threshold must not re-tag)."""
-    return {"spacy_model": config["pos"]["spacy_model"]}
-
-
-def pos_surprisal_params(wildcards):
-    return {k: config["pos"][k] for k in ("percent", "n_boot", "seed")}
-
-
-def pos_surprisal_inputs(wildcards):
-    m, r, p = wildcards.model, wildcards.revision, config["pos"]["percent"]
-    w = analysis_condition("all", "wasserstein", p)
-    matched = analysis_condition("all", "matched", p)
-    return {
-        "tags": paths.pos_tags(m),
-        "w": paths.ablation_items(m, r, w, "ppl"),
-        "m": paths.ablation_items(m, r, matched, "ppl"),
-        "clean": paths.clean_items(m, r, "ppl"),
-        "search": paths.matched_search(m, r, "all", matched.percent),
-    }
-
-
-def case_study_inputs(wildcards):
-    m, r = wildcards.model, wildcards.revision
-    inputs = {
-        "sample": paths.pair_sample(m, r),
-        "neurons": paths.neurons(m, r),
-        # the histogram of Fig. 5b, after the temporary shards are gone
-        "shards": paths.kept_shards(m, r),
-    }
-    if config["pos"]["model"] == m:
-        inputs["tags"] = paths.pos_tags(m)
-    return inputs
-
-
-def case_study_params(wildcards):
-    fig = config["figures"]["figure5"]
-    return {
-        "layer": fig["layer"],
-        "neuron": fig["neuron"],
-        "top_k": fig["top_k"],
-        "seeds": list(range(fig["seed"], fig["seed"] + fig["seeds"])),
-        "bins": fig["bins"],
-    }
-
-
-def layerwise_inputs(wildcards):
-    m, r = wildcards.model, wildcards.revision
-    pct = config["figures"]["figure7"]["ablation_percent"]
-    scopes = grid.single_layer_scopes(config, m)
-    conditions = [analysis_condition(s, "wasserstein", pct) for s in scopes]
-    return {
-        "composition": paths.pair_composition(m, r),
-        "clean_blimp": paths.clean_items(m, r, "blimp"),
-        "clean_tse": paths.clean_items(m, r, "tse"),
-        "blimp_items": [paths.ablation_items(m, r, c, "blimp") for c in conditions],
-        "tse_items": [paths.ablation_items(m, r, c, "tse") for c in conditions],
-    }
-
-
-def layerwise_params(wildcards):
-    fig = config["figures"]["figure7"]
-    scopes = grid.single_layer_scopes(config, wildcards.model)
-    return {
-        "layers": [int(s[1:]) - 1 for s in scopes],
-        "md_percent": fig["md_percent"],
-        "top_k": fig["top_k"],
-        "ablation_percent": fig["ablation_percent"],
-        "seed": config["pairs"]["seed"],
-    }
+# The rest are pure functions of (config, wildcards) in wneurons.experiment.analyses.
+pair_sample_params = of_config(analyses.pair_sample_params)
+pair_signs_params = of_config(analyses.pair_signs_params)
+pos_tags_inputs = of_config(analyses.pos_tags_inputs)
+pos_tags_params = of_config(analyses.pos_tags_params)
+pos_surprisal_params = of_config(analyses.pos_surprisal_params)
+pos_surprisal_inputs = of_config(analyses.pos_surprisal_inputs)
+case_study_inputs = of_config(analyses.case_study_inputs)
+case_study_params = of_config(analyses.case_study_params)
+layerwise_inputs = of_config(analyses.layerwise_inputs)
+layerwise_params = of_config(analyses.layerwise_params)
 
 
 # ---------------------------------------------------------------- training.smk (Fig. 2b-d, 6b-d)
