@@ -19,7 +19,7 @@ import polars as pl
 
 from wneurons.core.pos import tag_tokens
 from wneurons.lm.models import load_model
-from wneurons.lm.scoring import perplexity
+from wneurons.lm.perplexity import perplexity
 from wneurons.store.data import load_wikitext
 
 

@@ -72,7 +72,8 @@ def main() -> None:
     from wneurons.core.stats import neuron_statistics
     from wneurons.lm.ablation import clamp_negative_preactivations
     from wneurons.lm.activations import collect_activation_shards
-    from wneurons.lm.scoring import batched_logprob_sums, perplexity
+    from wneurons.lm.perplexity import perplexity
+    from wneurons.lm.scoring import batched_logprob_sums
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32

@@ -17,11 +17,10 @@ import polars as pl
 import pytest
 import torch
 
+from wneurons.lm.perplexity import PPL_TOKEN_COLUMNS, perplexity
 from wneurons.lm.scoring import (
     BLIMP_ITEM_COLUMNS,
-    PPL_TOKEN_COLUMNS,
     TSE_ITEM_COLUMNS,
-    perplexity,
     score_blimp,
     score_minimal_pairs,
     score_tse,

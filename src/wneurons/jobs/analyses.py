@@ -72,7 +72,7 @@ def pair_sample_job(spec: dict, wikitext_dir: str, out_dir: str, params: dict, s
     """
     from wneurons.core.pairs import draw_pair_positions
     from wneurons.lm.activations import collect_projection_rows
-    from wneurons.lm.scoring import window_bos_token
+    from wneurons.lm.perplexity import window_bos_token
     from wneurons.store.data import wikitext_split
     from wneurons.store.shards import ShardIndex
 

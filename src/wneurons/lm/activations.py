@@ -28,7 +28,7 @@ import torch
 
 from wneurons.lm import registry
 from wneurons.lm.hooks import StopForward, forward_until_stopped, preactivation_hooks
-from wneurons.lm.scoring import window_bos_token
+from wneurons.lm.perplexity import window_bos_token
 from wneurons.store.io import atomic_directory, provenance, write_json
 from wneurons.store.shards import FORMAT_VERSION, INDEX_FILE, SHARD_DTYPES, SHARD_IO_MODES, ShardFiles
 

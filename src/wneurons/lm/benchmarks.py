@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from wneurons.lm.scoring import CONVENTIONS, perplexity, score_blimp, score_tse
+from wneurons.lm.perplexity import perplexity
+from wneurons.lm.scoring import CONVENTIONS, score_blimp, score_tse
 from wneurons.store import data
 
 
@@ -42,7 +43,7 @@ def validation_text(data_dir: str, evaluation: dict) -> str:
 
 
 def perplexity_options(evaluation: dict, window_bos: bool) -> dict:
-    """Keyword arguments of ``scoring.perplexity`` for this evaluation. ``window_bos`` does not apply under a
+    """Keyword arguments of ``lm.perplexity.perplexity`` for this evaluation. ``window_bos`` does not apply under a
     convention whose stream carries the tokenizer's own special tokens (``authors``: one BOS for the whole text,
     as the authors' code), so it is off there (docs/conventions.md, "Perplexity windows")."""
     convention = evaluation["convention"]

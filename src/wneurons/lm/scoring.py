@@ -1,4 +1,4 @@
-"""Sentence log-probabilities, BLiMP / TSE minimal-pair accuracy and WikiText-2 perplexity.
+"""Sentence log-probabilities and BLiMP / TSE minimal-pair accuracy (perplexity: :mod:`wneurons.lm.perplexity`).
 
 Three scoring conventions (docs/conventions.md, "Scoring conventions"):
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,8 +34,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import torch
-
-from wneurons.lm.registry import context_length
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +53,13 @@ BLIMP_ITEM_COLUMNS = (
 TSE_ITEM_COLUMNS = (
     "item", "task", "family", "condition", "logprob_good", "logprob_bad", "logprob_intrusive", "correct", "tie"
 )  # fmt: skip
-PPL_TOKEN_COLUMNS = ("window", "position", "token_id", "char_start", "char_end", "nll")
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # progress
 
 
-class _Progress:
+class Progress:
     """Calls ``callback(done, total)`` after every batch and logs a line with rate and ETA every so often."""
 
     def __init__(self, total: int, unit: str, callback: Callable[[int, int], Any] | None) -> None:
@@ -96,7 +92,7 @@ def _prefix_token_id(tokenizer) -> int:
     raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a BOS nor an EOS token for 'harness' scoring")
 
 
-def _leading_bos(tokenizer, encoded: Sequence[Sequence[int]]) -> int:
+def leading_bos(tokenizer, encoded: Sequence[Sequence[int]]) -> int:
     """How many token sequences start with the tokenizer's BOS (0 when it has none)."""
     bos = getattr(tokenizer, "bos_token_id", None)
     return 0 if bos is None else sum(1 for ids in encoded if len(ids) and ids[0] == bos)
@@ -104,7 +100,7 @@ def _leading_bos(tokenizer, encoded: Sequence[Sequence[int]]) -> int:
 
 def _encode_defaults(tokenizer, texts: Sequence[str]) -> tuple[list[list[int]], int]:
     encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
-    return encoded, _leading_bos(tokenizer, encoded)
+    return encoded, leading_bos(tokenizer, encoded)
 
 
 def _encode_plain(tokenizer, texts: Sequence[str]) -> tuple[list[list[int]], int]:
@@ -139,7 +135,7 @@ CONVENTIONS: dict[str, Convention] = {
 }
 
 
-def _convention(name: str) -> Convention:
+def resolve_convention(name: str) -> Convention:
     try:
         return CONVENTIONS[name]
     except KeyError:
@@ -150,7 +146,7 @@ def _decide(good: np.ndarray, bad: np.ndarray, convention: str) -> tuple[np.ndar
     """``(correct, tie)`` of minimal pairs: good strictly higher, or tied where the convention counts ties."""
     tie = good == bad
     correct = good > bad
-    if _convention(convention).tie_correct:
+    if resolve_convention(convention).tie_correct:
         correct = correct | tie
     return correct, tie
 
@@ -170,7 +166,7 @@ def tokenize(tokenizer, texts: Sequence[str], convention: str) -> tuple[np.ndarr
 
     Position 0 of each sequence is context only; every later position is scored.
     """
-    encoded, n_bos = _convention(convention).encode(tokenizer, texts)
+    encoded, n_bos = resolve_convention(convention).encode(tokenizer, texts)
     lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=len(encoded))
     too_short = np.flatnonzero(lengths < 2)
     if too_short.size:
@@ -231,7 +227,7 @@ def batched_logprob_sums(
     # Longest first: the largest batch comes first (memory peak shows at once) and neighbours have similar length.
     order = np.argsort(-(offsets[1:] - offsets[:-1]), kind="stable")
     device = model_device(model)
-    tracker = _Progress(n, "sentences", progress)
+    tracker = Progress(n, "sentences", progress)
     with torch.inference_mode():
         for lo in range(0, n, batch_size):
             rows = order[lo : lo + batch_size]
@@ -263,7 +259,7 @@ def _score_texts(
     progress: Callable[[int, int], Any] | None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`sequence_logprobs` plus the count of sequences that got a prepended BOS."""
-    _convention(convention)
+    resolve_convention(convention)
     if reduce not in REDUCTIONS:
         raise ValueError(f"unknown reduce {reduce!r}; valid: {', '.join(REDUCTIONS)}")
     if len(texts) == 0:
@@ -473,122 +469,3 @@ def score_tse(
         "reduce": "mean",
     }
     return (summary, scored.select(TSE_ITEM_COLUMNS)) if return_items else summary
-
-
-def window_bos_token(tokenizer, window_bos: bool) -> int | None:
-    """The BOS id prepended to every window when ``window_bos`` is on (None when off); an error if the
-    tokenizer has no BOS."""
-    if not window_bos:
-        return None
-    bos = getattr(tokenizer, "bos_token_id", None)
-    if bos is None:
-        raise ValueError(f"window_bos is on but tokenizer {type(tokenizer).__name__} has no BOS token")
-    return int(bos)
-
-
-def perplexity(
-    model,
-    tokenizer,
-    text: str,
-    *,
-    convention: str = "authors",
-    window_bos: bool = False,
-    window: int | None = 2048,
-    max_tokens: int | None = None,
-    batch_size: int = 4,
-    return_token_nll: bool = False,
-    progress: Callable[[int, int], Any] | None = None,
-) -> dict[str, Any]:
-    """Perplexity of ``text`` over non-overlapping windows (docs/conventions.md, "Perplexity windows").
-
-    The text is tokenized once into a token stream, with the tokenizer's default special tokens under ``authors``
-    (one BOS at the very start where the tokenizer adds one, as the authors' code) and without them otherwise.
-    The stream is cut into windows of ``window`` tokens (``None``: the model's context length); the tail shorter
-    than a window is dropped, and ``max_tokens`` caps the tokens used to whole windows. Within a window every
-    token but the first is predicted. With ``window_bos`` (not under ``authors``, whose stream is the authors'),
-    every window gets a BOS prepended as its context, so all ``window`` tokens of it are predicted and the model
-    sees ``window + 1`` positions.
-
-    Returns ``{"perplexity": exp(mean_nll), "mean_nll" (nats per token), "n_tokens" (predicted tokens),
-    "n_windows", "window", "convention", "window_bos", "bos_prepended", "n_bos_prepended" (windows whose context
-    starts with a BOS)}``; with ``return_token_nll=True`` also ``"tokens"``: one row per predicted token with
-    :data:`PPL_TOKEN_COLUMNS` (``position`` indexes the stream; character spans -1/-1 for special tokens).
-    """
-    conv = _convention(convention)
-    if window_bos and conv.stream_special_tokens:
-        raise ValueError(f"window_bos does not apply to {convention!r} perplexity (one BOS for the whole text)")
-    bos = window_bos_token(tokenizer, window_bos)
-    context = context_length(model) if window is None or window_bos else None
-    window = context - int(window_bos) if window is None else int(window)
-    if window < 2:
-        raise ValueError(f"window must be >= 2 tokens, got {window}")
-    if window_bos and window + 1 > context:
-        raise ValueError(f"window {window} + its BOS exceeds the model's context of {context} tokens")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    encoding = tokenizer(
-        text,
-        add_special_tokens=conv.stream_special_tokens,
-        return_offsets_mapping=return_token_nll,
-        return_special_tokens_mask=return_token_nll,
-        verbose=False,
-    )
-    ids = np.asarray(encoding["input_ids"], dtype=np.int64)
-    usable = len(ids) if max_tokens is None else min(len(ids), int(max_tokens))
-    n_windows = usable // window
-    if n_windows == 0:
-        raise ValueError(
-            f"text has {len(ids)} tokens (max_tokens={max_tokens}): not enough for one window of {window} tokens"
-        )
-    windows = torch.from_numpy(ids[: n_windows * window].reshape(n_windows, window))
-    if bos is not None:
-        windows = torch.cat([torch.full((n_windows, 1), bos, dtype=windows.dtype), windows], dim=1)
-    device = model_device(model)
-    nll = torch.empty(n_windows, windows.shape[1] - 1, dtype=torch.float32)
-    tracker = _Progress(n_windows, "windows", progress)
-    with torch.inference_mode():
-        for lo in range(0, n_windows, batch_size):
-            batch = windows[lo : lo + batch_size].to(device)
-            logits = model(input_ids=batch[:, :-1], use_cache=False).logits
-            nll[lo : lo + batch_size] = -target_logprobs(logits, batch[:, 1:]).cpu()
-            tracker.advance(batch.shape[0])
-    token_nll = nll.reshape(-1).numpy()
-    mean_nll = float(token_nll.astype(np.float64).mean())
-    # Windows whose context starts with a BOS: every one with window_bos; else only the first, where the stream
-    # (authors: the tokenizer's defaults) starts with one.
-    n_bos = n_windows if bos is not None else _leading_bos(tokenizer, [ids[:1]])
-    result: dict[str, Any] = {
-        "perplexity": math.exp(mean_nll),
-        "mean_nll": mean_nll,
-        "n_tokens": int(token_nll.size),
-        "n_windows": int(n_windows),
-        "window": window,
-        "convention": convention,
-        "window_bos": bool(window_bos),
-        "bos_prepended": n_bos > 0,
-        "n_bos_prepended": int(n_bos),
-    }
-    if return_token_nll:
-        result["tokens"] = _token_frame(encoding, window, n_windows, first=int(bos is None), nll=token_nll)
-    return result
-
-
-def _token_frame(encoding, window: int, n_windows: int, *, first: int, nll: np.ndarray) -> pl.DataFrame:
-    """Per predicted token: window, stream position, id, character span (-1/-1 for special tokens) and NLL.
-    ``first``: the first predicted position inside a window (1 without a window BOS, 0 with one)."""
-    offsets_in_window = np.arange(first, window, dtype=np.int64)
-    position = (np.arange(n_windows, dtype=np.int64)[:, None] * window + offsets_in_window[None, :]).reshape(-1)
-    ids = np.asarray(encoding["input_ids"], dtype=np.int64)[position]
-    spans = np.asarray(encoding["offset_mapping"], dtype=np.int64).reshape(-1, 2)[position]
-    special = np.asarray(encoding["special_tokens_mask"], dtype=bool)[position]
-    spans[special] = -1
-    return pl.DataFrame(
-        {
-            "window": pl.Series(position // window, dtype=pl.Int32),
-            "position": pl.Series(position, dtype=pl.Int64),
-            "token_id": pl.Series(ids, dtype=pl.Int32),
-            "char_start": pl.Series(spans[:, 0], dtype=pl.Int32),
-            "char_end": pl.Series(spans[:, 1], dtype=pl.Int32),
-            "nll": pl.Series(nll, dtype=pl.Float32),
-        }
-    )
