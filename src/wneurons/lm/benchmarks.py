@@ -1,7 +1,7 @@
 """The benchmark table: how each benchmark the workflow scores (BLiMP, TSE, WikiText-2 perplexity, the capability
-suite of lm-eval tasks) reads its data and scores a model, so that the scoring jobs (:mod:`wneurons.jobs.ablate`) look a benchmark up instead of
-branching on its name. Adding a benchmark is one entry of :data:`BENCHMARKS` (and its name in
-:data:`wneurons.experiment.grid.BENCHMARKS`).
+suite of lm-eval tasks) reads its data and scores a model, so that the scoring jobs (:mod:`wneurons.jobs.ablate`)
+look a benchmark up instead of branching on its name. Adding a benchmark is one entry of :data:`BENCHMARKS` (and
+its name in :data:`wneurons.experiment.grid.BENCHMARKS`).
 """
 
 from __future__ import annotations
