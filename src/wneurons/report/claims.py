@@ -701,6 +701,12 @@ def c29_splits(run: Run, model: str) -> Outcome:
     )
 
 
+def c30_double_dissociation(run: Run, model: str) -> Outcome:
+    from wneurons.report.claims_capability import c30_double_dissociation as check  # it imports this module
+
+    return check(run, model)
+
+
 @dataclass(frozen=True)
 class Claim:
     id: str
@@ -760,6 +766,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C28", "BLiMP 67 × 1,000 pairs, 13 categories; TSE ~350K pairs, 3 families", (), "67k, 13, ~350K", c28_data,
           per_model=False),
     Claim("C29", "WD/MD on WikiText-2 test; perplexity on validation", (), "—", c29_splits),
+    Claim("C30", "Double dissociation: W hurts BLiMP/TSE more than matched; matched hurts the capability suite more",
+          LMS, "qualitative (v2)", c30_double_dissociation),
 )  # fmt: skip
 
 
