@@ -100,6 +100,28 @@ rule figure3:
         run_script("figure3.py", input, output, params, wildcards, threads, log)
 
 
+rule capability_figure:
+    input:
+        blimp=paths.aggregate("{model}", "{revision}", "blimp"),
+        tse=paths.aggregate("{model}", "{revision}", "tse"),
+        capability=paths.aggregate("{model}", "{revision}", "capability"),
+    output:
+        report(
+            paths.capability_figure("{model}", "{revision}"),
+            caption="../report/capability_figure.rst",
+            category="Ablations",
+        ),
+    log:
+        paths.log_file("figures", "capability/{model}/{revision}"),
+    benchmark:
+        paths.benchmark_file("figures", "capability/{model}/{revision}")
+    localrule: True
+    run:
+        run_script(
+            "capability_figure.py", input, output, params, wildcards, threads, log
+        )
+
+
 rule figure3d:
     input:
         figure3d_inputs,

@@ -234,6 +234,11 @@ def figure3(model: str, revision: str) -> str:
     return f"{FIGURES}/figure3/{model}/{revision}.png"
 
 
+def capability_figure(model: str, revision: str) -> str:
+    """Grammar vs capability drop per condition, beside Fig. 3c."""
+    return f"{FIGURES}/capability/{model}/{revision}.png"
+
+
 def figure3d() -> str:
     return f"{FIGURES}/figure3d.png"
 

@@ -100,7 +100,7 @@ def benchmark_input(config: dict, benchmark: str) -> str:
 # ---------------------------------------------------------------- targets of `all`
 def checkpoint_targets(config: dict) -> list[str]:
     """Per checkpoint: the neuron table and the aggregates; per ablated final revision Figures 3 and 4 (4 only with
-    layer-group or single-layer scopes); Figures 1 and 2a."""
+    layer-group or single-layer scopes) and, with a capability suite, its figure beside 3c; Figures 1 and 2a."""
     targets = []
     for model, revision in model_revisions(config):
         targets.append(paths.neurons(model, revision))
@@ -108,6 +108,8 @@ def checkpoint_targets(config: dict) -> list[str]:
         conditions = conditions_for(config, model, revision)
         if revision == final_revision(config, model) and conditions:
             targets.append(paths.figure3(model, revision))
+            if CAPABILITY in benchmarks_at(config, model, revision):
+                targets.append(paths.capability_figure(model, revision))
             if any(c.scope != "all" for c in conditions):
                 targets.append(paths.figure4(model, revision))
     return [*targets, paths.figure1(), paths.figure2a()]

@@ -70,6 +70,15 @@ def figure3_job(ppl_path: str, blimp_path: str, tse_path: str, out_path: str) ->
     figure3(ppl_path, blimp_path, tse_path, out_path)
 
 
+def capability_figure_job(inputs: dict, out_path: str, label: str) -> None:
+    """Grammar vs capability drop per condition (beside Fig. 3c) from the aggregated BLiMP / TSE / capability
+    results of one checkpoint."""
+    from wneurons.report.figures.capability import capability_figure
+
+    results = {k: io.read_json(inputs[k]) for k in ("blimp", "tse", "capability")}
+    capability_figure(results["blimp"], results["tse"], results["capability"], out_path, label=label)
+
+
 def figure3d_job(table_path: str, out_path: str, params: dict) -> pl.DataFrame:
     """Figure 3d from the POS surprisal table; returns the rows drawn."""
     from wneurons.report.figures import figure3d
