@@ -4,10 +4,10 @@ Scores the first ``--n-pairs`` pairs of the first ``--n-paradigms`` BLiMP paradi
 ``score_blimp(convention="harness")`` in each ``--dtypes``, then (when the harness's interpreter exists) runs the
 harness's BLiMP task on the same pairs through ``perf/harness/run_harness_blimp.py`` at each
 ``--harness-batch-sizes``. Prints sentences/s (model loading excluded on both sides), the speed ratio, both
-accuracies and the largest per-sentence log-prob difference. The harness lives in its own venv, never the
-project's:
-
-    python3 -m venv /tmp/lmeval && /tmp/lmeval/bin/pip install torch==2.13.0 "lm-eval[hf]"
+accuracies and the largest per-sentence log-prob difference. lm-eval is a dependency of the project (its
+capability suite, wneurons.lm.lmeval), so the harness runs in the project's own environment, in a process of its
+own (``--harness-python``, default this interpreter) so that neither side's imports, threads or caches time the
+other's.
 
 The model must be a local safetensors directory (the harness cannot read GGUF), e.g. from
 ``wneurons.lm.models.convert_gguf_wheel``.
@@ -67,7 +67,7 @@ def bench_ours(model_dir: str, pairs: pl.DataFrame, dtype: str, batch_size: int)
 
 
 def bench_harness(python: str, model_dir: str, data_dir: Path, paradigms: list[str], n_pairs: int, batch_size: str):
-    """Run the harness in its own interpreter; returns timing + accuracy and its per-pair log-likelihoods."""
+    """Run the harness in a process of its own; returns timing + accuracy and its per-pair log-likelihoods."""
     cmd = [
         python,
         str(HERE / "harness" / "run_harness_blimp.py"),
@@ -141,7 +141,7 @@ def main() -> None:
         default=None,
         help="first N pairs per paradigm for the dtypes other than float32 (a CPU without bf16 units emulates it)",
     )
-    parser.add_argument("--harness-python", default="/tmp/lmeval/bin/python", help="'' skips the harness")
+    parser.add_argument("--harness-python", default=sys.executable, help="'' skips the harness")
     parser.add_argument(
         "--harness-batch-sizes", default="32,64,128", help="comma-separated; its fastest is the reference"
     )

@@ -81,7 +81,8 @@ def test_the_snakefile_wildcards_cover_the_grid_vocabularies():
     for wildcard, vocabulary in (("benchmark", "BENCHMARKS"), ("dataset", "DATASETS"), ("selector", "SELECTORS")):
         assert f'{wildcard}="|".join(grid.{vocabulary})' in text
     assert set(grid.DATASETS) == set(grid.BENCHMARK_DATASETS.values()) == {"blimp", "tse", "wikitext2"}
-    assert set(grid.BENCHMARK_DATASETS) == set(grid.BENCHMARKS)
+    # The capability suite reads lm-eval tasks the workflow writes or stages (paths.capability_tasks), no data set.
+    assert set(grid.BENCHMARK_DATASETS) == set(grid.BENCHMARKS) - {grid.CAPABILITY}
     rules = "".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk"))
     assert "{fraction}" not in text + rules and re.search(r'percent="', text)
 
@@ -105,7 +106,7 @@ def test_all_targets_of_the_paper_grid(paper):
     assert all(t.startswith(paths.RESULTS + "/") for t in every)
     for model, revision in targets.model_revisions(paper):
         assert paths.neurons(model, revision) in every
-        assert {paths.aggregate(model, revision, b) for b in grid.BENCHMARKS} <= set(every)
+        assert {paths.aggregate(model, revision, b) for b in grid.benchmarks_at(paper, model, revision)} <= set(every)
     # Figure 3 per model with ablations (final revision), Figure 4 where layer groups or single layers exist.
     ablated = [m for m, s in paper["models"].items() if s["ablate"]]
     figure3 = [t for t in every if t.startswith(f"{paths.FIGURES}/figure3/")]

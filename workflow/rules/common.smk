@@ -159,6 +159,11 @@ def dataset_spec(wildcards):
     return config["data"][wildcards.dataset]
 
 
+def hub_tasks_params(wildcards):
+    """The hub tasks to stage: the capability suite's."""
+    return config["evaluation"]["capability"]["tasks"]
+
+
 # ---------------------------------------------------------------- neurons.smk
 def shards_output():
     """The collection rule's output: temporary (deleted once the statistics and every other reader are done)
@@ -199,7 +204,8 @@ WILDCARD_CONDITION = grid.Condition("{scope}", "{selector}", "{percent}", "{tria
 
 
 def score_data(wildcards):
-    return paths.benchmark_data(wildcards.benchmark)
+    """The benchmark's verified data set, or the capability suite's lm-eval tasks."""
+    return targets.benchmark_input(config, wildcards.benchmark)
 
 
 def cohort_neurons(wildcards):
@@ -213,7 +219,7 @@ def ablation_inputs(wildcards):
     """Model, data, the cohort's neuron table, and for the matched control the search that fixed its m%."""
     m, r = wildcards.model, wildcards.revision
     inputs = {
-        "data": paths.benchmark_data(wildcards.benchmark),
+        "data": targets.benchmark_input(config, wildcards.benchmark),
         "neurons": cohort_neurons(wildcards),
     }
     if model_dir(wildcards):
@@ -244,12 +250,24 @@ def matched_search_inputs(wildcards):
 def condition_results(wildcards):
     """Clean + every configured condition for one benchmark of one checkpoint."""
     m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
-    conditions = grid.conditions_for(config, m, r)
+    conditions = grid.conditions_scored(config, m, r, b)
     return [paths.clean(m, r, b), *(paths.ablation(m, r, c, b) for c in conditions)]
 
 
 def evaluation_params(wildcards):
-    return config["evaluation"] | {"tse_format": config["data"]["tse"]["format"]}
+    """The evaluation settings of a scoring job: the capability suite's jobs get the suite and the settings lm-eval
+    uses; every other job the rest (so that a new suite reruns only the capability jobs).
+    """
+    evaluation = config["evaluation"]
+    if wildcards.get("benchmark") == grid.CAPABILITY:
+        keys = ("convention", "dtype", "batch_size")
+        capability = evaluation["capability"]
+        return {k: evaluation[k] for k in keys} | {
+            "seed": capability["seed"],
+            "capability": capability,
+        }
+    others = {k: v for k, v in evaluation.items() if k != "capability"}
+    return others | {"tse_format": config["data"]["tse"]["format"]}
 
 
 def _cohort(wildcards):
@@ -424,13 +442,13 @@ def tokens_per_step(wildcards):
 # ---------------------------------------------------------------- report.smk
 def paired_conditions(wildcards):
     """The conditions of one checkpoint, in the order of paired_inputs' list (JSON-able for the job)."""
-    m, r = wildcards.model, wildcards.revision
-    return [c._asdict() for c in grid.conditions_for(config, m, r)]
+    m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
+    return [c._asdict() for c in grid.conditions_scored(config, m, r, b)]
 
 
 def paired_inputs(wildcards):
     m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
-    conditions = grid.conditions_for(config, m, r)
+    conditions = grid.conditions_scored(config, m, r, b)
     return {
         "clean": paths.clean_items(m, r, b),
         "conditions": [paths.ablation_items(m, r, c, b) for c in conditions],

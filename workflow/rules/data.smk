@@ -30,3 +30,37 @@ rule convert_gguf_model:
         run_script(
             "convert_gguf_model.py", input, output, params, wildcards, threads, log
         )
+
+
+# ---------------------------------------------------------------- the capability suite's lm-eval tasks
+rule capability_tasks:
+    input:
+        wikitext=paths.dataset("wikitext2"),
+    output:
+        directory(paths.capability_tasks("wikitext2")),
+    log:
+        paths.log_file("capability_tasks"),
+    benchmark:
+        paths.benchmark_file("capability_tasks")
+    localrule: True
+    run:
+        run_script(
+            "capability_tasks.py", input, output, params, wildcards, threads, log
+        )
+
+
+# Needs the hub: a local rule, so it runs on the submit host (compute nodes read the staged cache offline).
+rule stage_lmeval_tasks:
+    output:
+        directory(paths.capability_tasks("hub")),
+    log:
+        paths.log_file("stage_lmeval_tasks"),
+    benchmark:
+        paths.benchmark_file("stage_lmeval_tasks")
+    localrule: True
+    params:
+        tasks=hub_tasks_params,
+    run:
+        run_script(
+            "stage_lmeval_tasks.py", input, output, params, wildcards, threads, log
+        )

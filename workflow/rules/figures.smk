@@ -84,6 +84,24 @@ rule figure3:
         run_script("figure.py", input, output, params, wildcards, threads, log, rule)
 
 
+rule capability_figure:
+    input:
+        unpack(figure_inputs("capability_figure")),
+    output:
+        figure_report(
+            paths.figure("capability", "{model}", "{revision}"), "capability_figure"
+        ),
+    log:
+        paths.log_file("figures", "capability/{model}/{revision}"),
+    benchmark:
+        paths.benchmark_file("figures", "capability/{model}/{revision}")
+    localrule: True
+    params:
+        figure=figure_params("capability_figure"),
+    run:
+        run_script("figure.py", input, output, params, wildcards, threads, log, rule)
+
+
 rule figure3d:
     input:
         unpack(figure_inputs("figure3d")),

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-BENCHMARKS = ("blimp", "tse", "ppl")
+# The capability suite (lm-eval tasks, ``evaluation.capability``) is scored only where the config names tasks:
+# see :func:`benchmarks_at`.
+CAPABILITY = "capability"
+BENCHMARKS = ("blimp", "tse", "ppl", CAPABILITY)
 SELECTORS = ("wasserstein", "random", "lowest", "matched")
-# Benchmark -> the data set it reads (the keys of the config's `data`).
+# Benchmark -> the data set it reads (the keys of the config's `data`); the capability suite reads lm-eval tasks
+# written or staged by the workflow instead (``paths.capability_tasks``).
 BENCHMARK_DATASETS = {"blimp": "blimp", "tse": "tse", "ppl": "wikitext2"}
 DATASETS = tuple(dict.fromkeys(BENCHMARK_DATASETS.values()))
 
@@ -159,6 +163,30 @@ def conditions_for(config: dict, model: str, revision: str) -> list[Condition]:
             p = format_percent(percent)
             conditions += [Condition(s, "wasserstein", p, 0) for s in single_layer_scopes(config, model)]
     return list(dict.fromkeys(conditions))
+
+
+def capability_scored(config: dict, model: str, revision: str) -> bool:
+    """Whether the capability suite is scored at this checkpoint: the config names tasks, and the revision is the
+    final one (or ``evaluation.capability.checkpoints`` asks for every revision)."""
+    capability = config["evaluation"]["capability"]
+    if not capability["tasks"]:
+        return False
+    return capability["checkpoints"] or revision == config["models"][model]["final_revision"]
+
+
+def benchmarks_at(config: dict, model: str, revision: str) -> list[str]:
+    """The benchmarks scored at this checkpoint (under every one of its conditions): BLiMP, TSE and perplexity
+    everywhere, the capability suite where :func:`capability_scored`."""
+    return [b for b in BENCHMARKS if b != CAPABILITY or capability_scored(config, model, revision)]
+
+
+def conditions_scored(config: dict, model: str, revision: str, benchmark: str) -> list[Condition]:
+    """The conditions one benchmark is scored under at this checkpoint: every condition of :func:`conditions_for`;
+    for the capability suite those over all layers only, unless ``evaluation.capability.layer_scopes``."""
+    conditions = conditions_for(config, model, revision)
+    if benchmark == CAPABILITY and not config["evaluation"]["capability"]["layer_scopes"]:
+        return [c for c in conditions if c.scope == "all"]
+    return conditions
 
 
 def cohort_revision(config: dict, model: str, revision: str) -> str:

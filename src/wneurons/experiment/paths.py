@@ -39,8 +39,16 @@ def dataset(name: str) -> str:
 
 
 def benchmark_data(benchmark: str) -> str:
-    """The verified data set a benchmark reads (``ppl``: WikiText-2)."""
+    """The verified data set a benchmark reads (``ppl``: WikiText-2); not the capability suite's (its tasks:
+    :func:`capability_tasks`)."""
     return dataset(BENCHMARK_DATASETS[benchmark])
+
+
+def capability_tasks(source: str) -> str:
+    """The lm-eval tasks the capability suite reads (``evaluation.capability.source``): ``wikitext2``, the task
+    files written from the verified WikiText-2 validation split (lmeval_tasks); ``hub``, the datasets cache of
+    lm-eval's own hub tasks, staged on the submit host (stage_lmeval_tasks)."""
+    return f"{RESOURCES}/lmeval-tasks/{source}"
 
 
 def converted_model(model: str) -> str:

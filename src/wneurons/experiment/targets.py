@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from wneurons.experiment import paths
 from wneurons.experiment.config import ConfigError
-from wneurons.experiment.grid import BENCHMARKS, ablated_checkpoints, conditions_for, single_layer_scopes
+from wneurons.experiment.grid import (
+    CAPABILITY,
+    ablated_checkpoints,
+    benchmarks_at,
+    conditions_for,
+    single_layer_scopes,
+)
 from wneurons.store.checkpoints import by_step
 
 
@@ -83,17 +89,27 @@ def weight_grid(config: dict, model: str) -> list[str]:
     return by_step(config["models"][model]["weight_checkpoints"])
 
 
+def benchmark_input(config: dict, benchmark: str) -> str:
+    """The data a benchmark's scoring jobs read: its verified data set, or for the capability suite the lm-eval
+    tasks of ``evaluation.capability.source``."""
+    if benchmark == CAPABILITY:
+        return paths.capability_tasks(config["evaluation"]["capability"]["source"])
+    return paths.benchmark_data(benchmark)
+
+
 # ---------------------------------------------------------------- targets of `all`
 def checkpoint_targets(config: dict) -> list[str]:
     """Per checkpoint: the neuron table and the aggregates; per ablated final revision Figures 3 and 4 (4 only with
-    layer-group or single-layer scopes); Figures 1 and 2a."""
+    layer-group or single-layer scopes) and, with a capability suite, its figure beside 3c; Figures 1 and 2a."""
     targets = []
     for model, revision in model_revisions(config):
         targets.append(paths.neurons(model, revision))
-        targets += [paths.aggregate(model, revision, b) for b in BENCHMARKS]
+        targets += [paths.aggregate(model, revision, b) for b in benchmarks_at(config, model, revision)]
         conditions = conditions_for(config, model, revision)
         if revision == final_revision(config, model) and conditions:
             targets.append(paths.figure("figure3", model, revision))
+            if CAPABILITY in benchmarks_at(config, model, revision):
+                targets.append(paths.figure("capability", model, revision))
             if any(c.scope != "all" for c in conditions):
                 targets.append(paths.figure("figure4", model, revision))
     return [*targets, paths.figure("figure1"), paths.figure("figure2a")]
@@ -155,9 +171,10 @@ def all_targets(config: dict) -> list[str]:
 def claim_files(config: dict, model: str) -> dict[str, str]:
     """Every result file a claim may read for one model (final revision), by key; absent ones say "not run"."""
     r = final_revision(config, model)
-    files = {"neurons": paths.neurons(model, r), **{b: paths.aggregate(model, r, b) for b in BENCHMARKS}}
+    scored = benchmarks_at(config, model, r)
+    files = {"neurons": paths.neurons(model, r), **{b: paths.aggregate(model, r, b) for b in scored}}
     if conditions_for(config, model, r):
-        files |= {f"paired_{b}": paths.paired(model, r, b) for b in BENCHMARKS}
+        files |= {f"paired_{b}": paths.paired(model, r, b) for b in scored}
     files |= {
         "pos_surprisal": paths.pos_surprisal(model, r),
         "composition": paths.pair_composition(model, r),
@@ -201,7 +218,8 @@ def claim_inputs(config: dict) -> list[str]:
     inputs = []
     for model in config["models"]:
         files = claim_files(config, model)
-        inputs += [files["neurons"], *(files[b] for b in BENCHMARKS)]
-        inputs += [files[f"paired_{b}"] for b in BENCHMARKS if f"paired_{b}" in files]
+        scored = benchmarks_at(config, model, final_revision(config, model))
+        inputs += [files["neurons"], *(files[b] for b in scored)]
+        inputs += [files[f"paired_{b}"] for b in scored if f"paired_{b}" in files]
         inputs += [files[k] for k in produced_analysis_files(config, model)]
     return inputs

@@ -94,7 +94,8 @@ def score_job(
     prov = io.provenance(
         **model_prov,
         **data_provenance(data_dir),
-        convention=evaluation["convention"],
+        # The benchmark's own convention: the evaluation's, except the capability suite's (lm-eval's).
+        convention=scores.get("convention", evaluation["convention"]),
         bos_prepended=scores["bos_prepended"],
         window_bos=scores.get("window_bos"),
         window_bos_reason=window_bos_reason if benchmark == "ppl" else None,

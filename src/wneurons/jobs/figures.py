@@ -165,6 +165,10 @@ def _figure4(inputs, fig: dict, wildcards) -> dict:
     return {b: io.read_json(inputs[b]) for b in ("blimp", "tse")}
 
 
+def _capability(inputs, fig: dict, wildcards) -> dict:
+    return {b: io.read_json(inputs[b]) for b in ("blimp", "tse", "capability")} | {"label": wildcards["model"]}
+
+
 # ---------------------------------------------------------------- Fig. 3d, 5, 6a, 7: the mechanism analyses
 def _figure3d_inputs(config: dict, wildcards) -> list:
     m = config["pos"]["model"]
@@ -255,6 +259,8 @@ FIGURES: dict[str, Figure] = {
                        ("figure2c.rst",)),
     "figure3": Figure(_aggregates("ppl", "blimp", "tse"), _none, _figure3, "ablations.figure3", "Ablations",
                       ("figure3.rst",)),
+    "capability_figure": Figure(_aggregates("blimp", "tse", "capability"), _none, _capability,
+                                "capability.capability_figure", "Ablations", ("capability_figure.rst",)),
     "figure3d": Figure(_figure3d_inputs, _figure3d_params, _figure3d, "analyses.figure3d", "Mechanism",
                        ("figure3d.rst",)),
     "figure4": Figure(_aggregates("blimp", "tse"), _none, _figure4, "ablations.figure4", "Ablations",

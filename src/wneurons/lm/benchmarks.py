@@ -1,19 +1,23 @@
-"""The benchmark table: how each benchmark the workflow scores (BLiMP, TSE, WikiText-2 perplexity) reads its data
-and scores a model, so that the scoring jobs (:mod:`wneurons.jobs.ablate`) look a benchmark up instead of
-branching on its name. Adding a benchmark is one entry of :data:`BENCHMARKS` (and its name in
-:data:`wneurons.experiment.grid.BENCHMARKS`).
+"""The benchmark table: how each benchmark the workflow scores (BLiMP, TSE, WikiText-2 perplexity, the capability
+suite of lm-eval tasks) reads its data and scores a model, so that the scoring jobs (:mod:`wneurons.jobs.ablate`)
+look a benchmark up instead of branching on its name. Adding a benchmark is one entry of :data:`BENCHMARKS` (and
+its name in :data:`wneurons.experiment.grid.BENCHMARKS`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import polars as pl
 
+from wneurons.lm.lmeval import LmEvalSuite, score_suite
 from wneurons.lm.perplexity import perplexity
 from wneurons.lm.scoring import CONVENTIONS, score_blimp, score_tse
 from wneurons.store import data
+from wneurons.store.lmeval_tasks import HUB_SOURCE, staged_datasets
 
 
 class Benchmark(NamedTuple):
@@ -84,8 +88,43 @@ def score_perplexity(model, tokenizer, text: str, evaluation: dict, window_bos: 
     return result, result.pop("tokens")
 
 
+class CapabilityTasks(NamedTuple):
+    """The capability suite of one evaluation and where its data is: ``hub_cache`` is the staged datasets cache
+    of hub tasks (None for local task files, which ``suite.include_path`` names)."""
+
+    suite: LmEvalSuite
+    hub_cache: str | None
+
+
+def capability_tasks(tasks_dir: str, evaluation: dict) -> CapabilityTasks:
+    """The lm-eval suite of ``evaluation.capability`` over ``tasks_dir``: a directory of task YAMLs (source
+    ``wikitext2``: only its tasks are visible) or a staged datasets cache (source ``hub``: lm-eval's own tasks)."""
+    capability = evaluation["capability"]
+    hub = capability["source"] == HUB_SOURCE
+    where = str(Path(tasks_dir).resolve())
+    suite = LmEvalSuite(
+        tasks=tuple(capability["tasks"]),
+        include_path=None if hub else where,
+        limits=dict(capability["limits"]),
+        seed=capability["seed"],
+        num_fewshot=capability["num_fewshot"],
+    )
+    return CapabilityTasks(suite, where if hub else None)
+
+
+def score_capability(model, tokenizer, tasks: CapabilityTasks, evaluation: dict, window_bos: bool):
+    """The suite scored through lm-eval (:func:`wneurons.lm.lmeval.score_suite`) on the model as it is (the
+    condition's clamp on) at the evaluation's batch size; its summary records lm-eval's convention
+    (``convention``) beside the project's (``project_convention``, the one BLiMP / TSE / perplexity use)."""
+    with staged_datasets(tasks.hub_cache) if tasks.hub_cache else contextlib.nullcontext():
+        summary, items = score_suite(model, tokenizer, tasks.suite, batch_size=evaluation["batch_size"])
+    summary["project_convention"] = evaluation["convention"]
+    return summary, items
+
+
 BENCHMARKS: dict[str, Benchmark] = {
     "blimp": Benchmark(blimp_pairs, minimal_pair_scorer(score_blimp, "return_pairs")),
     "tse": Benchmark(tse_items, minimal_pair_scorer(score_tse, "return_items")),
     "ppl": Benchmark(validation_text, score_perplexity),
+    "capability": Benchmark(capability_tasks, score_capability),
 }

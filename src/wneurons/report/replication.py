@@ -26,10 +26,11 @@ from wneurons.experiment.grid import ConditionKey, condition_key, parse_conditio
 from wneurons.store import io
 
 # Groups of the per-item tables (the paper's figures break BLiMP down by term, TSE by family).
-ITEM_GROUPS = {"blimp": ("linguistics_term", "paradigm"), "tse": ("family", "task")}
+ITEM_GROUPS = {"blimp": ("linguistics_term", "paradigm"), "tse": ("family", "task"), "capability": ("task",)}
 ITEM_COLUMNS = {
     "blimp": ("item", "paradigm", "linguistics_term", "correct"),
     "tse": ("item", "task", "family", "correct"),
+    "capability": ("item", "task", "correct"),
     "ppl": ("window", "position", "nll"),
 }
 

@@ -18,28 +18,32 @@ sentence end), with at least :data:`MIN_CONTEXT_WORDS` words before it in its pa
 The text keeps WikiText's own tokenization (``" @-@ "``, spaced punctuation), as the project's perplexity does.
 
 Hub tasks (:data:`HUB_SUITE`) cannot be fetched on compute nodes; :func:`stage_hub_tasks` runs on the submit host
-with internet and fills a Hugging Face datasets cache that the compute nodes then read offline::
+with internet and fills a Hugging Face datasets cache that the compute nodes then read offline. The workflow's
+rule ``stage_lmeval_tasks`` (a local rule: it runs where Snakemake runs) does it into
+``resources/lmeval-tasks/hub``; by hand::
 
-    python -m wneurons.store.lmeval_tasks --cache-dir resources/hf-datasets --out resources/hf-datasets/STAGED.json
+    python -m wneurons.store.lmeval_tasks --cache-dir resources/lmeval-tasks/hub
 
-and jobs run with ``HF_DATASETS_CACHE=resources/hf-datasets HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1``, so lm-eval
-reads exactly the datasets its own task configs name, from the cache.
+and the scoring jobs read that cache offline (:func:`staged_datasets`), so lm-eval reads exactly the datasets its
+own task configs name.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
-from wneurons.store.data import WIKITEXT_VALID
+from wneurons.store.data import SOURCE_FILE, WIKITEXT_VALID
 from wneurons.store.io import atomic_directory, sha256_file, write_json
 
 CLOZE_TASK = "wikitext2_cloze"
@@ -50,6 +54,8 @@ MIN_WORD_CHARS = 3
 MIN_CONTEXT_WORDS = 8
 # Fields of each JSONL row (one item; both tasks read the same file).
 ITEM_FIELDS = ("context", "answer", "choices", "label", "paragraph", "sentence")
+HUB_SOURCE = "hub"  # evaluation.capability.source of the staged hub tasks
+STAGED_FILE = "STAGED.json"
 
 # The standard zero-shot suite of small-LM capability reports (Pythia, SmolLM2, OLMo model cards and the
 # Open LLM Leaderboard v1 all report these): knowledge/reasoning (ARC-Easy), physical commonsense (PIQA),
@@ -161,7 +167,8 @@ def write_wikitext_tasks(
     (:data:`ITEMS_FILE`), ``{task}.yaml`` for each of :data:`WIKITEXT_TASKS` and ``SOURCE.json``.
 
     ``out_dir`` is then an lm-eval ``include_path``. The directory is assembled aside and renamed into place.
-    Returns the provenance written to ``SOURCE.json``: source file and items checksums, settings, item count.
+    Returns the provenance written to ``SOURCE.json``: source file and items checksums (``sha256``: the items,
+    the data every task reads), settings, item count.
     """
     source = Path(wikitext_dir) / WIKITEXT_VALID
     items = lastword_items(_paragraphs(source), n_distractors=n_distractors, context_words=context_words, seed=seed)
@@ -173,16 +180,18 @@ def write_wikitext_tasks(
         for task in WIKITEXT_TASKS:
             text = yaml.safe_dump(_task_yaml(task, final / ITEMS_FILE), sort_keys=False, allow_unicode=True)
             (build / f"{task}.yaml").write_text(text, encoding="utf-8")
+        items_sha256 = sha256_file(build / ITEMS_FILE)
         record = {
             "tasks": list(WIKITEXT_TASKS),
+            "sha256": items_sha256,
             "source": {"file": WIKITEXT_VALID, "sha256": sha256_file(source)},
-            "items_sha256": sha256_file(build / ITEMS_FILE),
+            "items_sha256": items_sha256,
             "n_items": len(items),
             "n_distractors": n_distractors,
             "context_words": context_words,
             "seed": seed,
         }
-        write_json(build / "SOURCE.json", record)
+        write_json(build / SOURCE_FILE, record)
     return record
 
 
@@ -222,15 +231,49 @@ def stage_hub_tasks(tasks: Iterable[str] = tuple(HUB_SUITE), out_path: str | os.
     return record
 
 
+def stage_hub_tasks_into(cache_dir: str | os.PathLike, tasks: Iterable[str] = tuple(HUB_SUITE)) -> dict:
+    """:func:`stage_hub_tasks` into ``cache_dir`` (a directory assembled aside and renamed into place, so an
+    interrupted staging leaves nothing that looks staged): the datasets cache, :data:`STAGED_FILE` (the staging
+    record) and ``SOURCE.json`` (``sha256`` of the record's tasks, for the results' provenance)."""
+    final = Path(cache_dir).resolve()
+    with atomic_directory(final) as build, staged_datasets(build, offline=False):
+        record = stage_hub_tasks(tasks, build / STAGED_FILE)
+        digest = hashlib.sha256(json.dumps(record["tasks"], sort_keys=True).encode()).hexdigest()
+        write_json(build / SOURCE_FILE, {"sha256": digest, "source": f"hub, lm-eval {record['lm_eval_version']}"})
+    return record
+
+
+@contextlib.contextmanager
+def staged_datasets(cache_dir: str | os.PathLike, *, offline: bool = True) -> Iterator[None]:
+    """Hugging Face ``datasets`` reads (and writes) its cache in ``cache_dir`` for the length of the block, offline
+    unless ``offline=False`` (the staging itself); the previous settings are restored after it. Set on
+    ``datasets.config``, which ``datasets`` read from the environment once, when first imported."""
+    import datasets
+
+    names = ("HF_DATASETS_CACHE", "HF_DATASETS_OFFLINE")
+    before = {name: getattr(datasets.config, name) for name in names}
+    env_before = os.environ.get("HF_HUB_OFFLINE")
+    datasets.config.HF_DATASETS_CACHE = Path(cache_dir).resolve()
+    datasets.config.HF_DATASETS_OFFLINE = offline
+    if offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(datasets.config, name, value)
+        if env_before is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = env_before
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description="Stage lm-eval hub tasks into a datasets cache (needs internet).")
     parser.add_argument("--cache-dir", required=True, help="the HF datasets cache the compute nodes will read")
     parser.add_argument("--tasks", nargs="+", default=list(HUB_SUITE), help="lm-eval task names")
-    parser.add_argument("--out", help="where to write the staging record (JSON)")
     args = parser.parse_args(argv)
-    # datasets reads its cache location when imported, which stage_hub_tasks does after this.
-    os.environ["HF_DATASETS_CACHE"] = str(Path(args.cache_dir).resolve())
-    return stage_hub_tasks(args.tasks, args.out)
+    return stage_hub_tasks_into(args.cache_dir, args.tasks)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from wneurons.report.claims.capability import c30_double_dissociation
 from wneurons.report.claims.dynamics import (
     c3_emergence,
     c3_emergence_of,
@@ -111,6 +112,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C28", "BLiMP 67 × 1,000 pairs, 13 categories; TSE ~350K pairs, 3 families", (), "67k, 13, ~350K", c28_data,
           per_model=False),
     Claim("C29", "WD/MD on WikiText-2 test; perplexity on validation", (), "—", c29_splits),
+    Claim("C30", "Double dissociation: W hurts BLiMP/TSE more than matched; matched hurts the capability suite more",
+          LMS, "qualitative (v2)", c30_double_dissociation),
 )  # fmt: skip
 
 
