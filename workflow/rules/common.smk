@@ -50,7 +50,7 @@ except (ValueError, FileNotFoundError) as err:
 # Snakemake process, where the internet is; jobs read only staged files (wneurons.lm.hub). A job on a compute node
 # (SLURM: this file re-read there by `snakemake --mode remote`) gets the hub turned off before anything imports it.
 if workflow.remote_exec:
-    os.environ["HF_HUB_OFFLINE"] = "1"
+    hub.turn_off_hub()
 HUB_MODELS = targets.hub_models(config)
 STAGING = targets.staging_root(config)
 

@@ -57,6 +57,7 @@ __all__ = [
     "stage",
     "staged_integrity",
     "staged_provenance",
+    "turn_off_hub",
     "verify_staged",
     "weight_files",
 ]
@@ -101,6 +102,13 @@ class HubRevision(NamedTuple):
     model: str
     repo_id: str
     revision: str
+
+
+def turn_off_hub() -> None:
+    """Turn the hub off for this process and its children (``HF_HUB_OFFLINE=1``): huggingface_hub and transformers
+    then never open a connection. Read when huggingface_hub is first imported, so call it before: the workflow does
+    in every job process on a compute node, where everything a job reads is staged."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 # ---------------------------------------------------------------- what a revision's load needs
