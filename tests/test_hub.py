@@ -336,3 +336,50 @@ def test_a_bin_only_hub_load_starts_no_safetensors_conversion_request(server, mo
     assert os.environ["DISABLE_SAFETENSORS_CONVERSION"] == "1"
     assert calls == []
     assert torch.equal(_logits(model, tokenizer), _expected_logits(0))
+
+
+# ---------------------------------------------------------------- the workflow's side: paths and targets
+def _paper_config(tmp_path) -> dict:
+    import yaml
+
+    from wneurons.experiment.config import validate_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((root / "config/config.yaml").read_text())
+    for spec in cfg["data"].values():
+        spec["local_dir"] = str(tmp_path)
+    return validate_config(cfg, root / "workflow/schemas/config.schema.yaml", root)
+
+
+def test_the_path_table_spells_the_manifest_as_staging_writes_it():
+    from wneurons.experiment import paths
+
+    assert paths.STAGED_MANIFEST == hub.MANIFEST
+    assert paths.staged_manifest("m", "step0") == f"{paths.STAGED}/m/step0/{hub.MANIFEST}"
+    assert paths.staged_dir("m", "step0", "/scratch/hub") == "/scratch/hub/m/step0"
+    assert paths.pruned_record("m", "step0", "/scratch/hub") == "/scratch/hub/m/step0.pruned.json"
+
+
+def test_every_hub_revision_of_the_grid_is_staged_and_checkpoints_pruned_after_their_readers(tmp_path):
+    from wneurons.experiment import paths, targets
+
+    paper = _paper_config(tmp_path)
+    assert targets.staging_root(paper) == paths.STAGED
+    staged = targets.staged_revisions(paper)
+    assert len(staged) == len(set(staged)) == 8 * 26 + 4  # 8 Pythias x 26 revisions; 4 models at their main
+    assert ("llama-3.1-8b", "meta-llama/Llama-3.1-8B", "main") in staged
+    m = "pythia-1.4b"
+    assert targets.pruned_revisions(paper, m) == [r for r in targets.hub_revisions(paper, m) if r != "step143000"]
+    # A checkpoint with statistics: its neuron table and aggregates; a weight-grid step: its weight rows only.
+    assert targets.weight_readers(paper, m, "step1000") == [
+        paths.neurons(m, "step1000"),
+        *(paths.aggregate(m, "step1000", b) for b in ("blimp", "tse", "ppl")),
+    ]
+    assert targets.weight_readers(paper, m, "step10000") == [paths.weight_rows(m, "step10000")]
+    final = targets.weight_readers(paper, m, "step143000")
+    assert paths.weight_rows(m, "step143000") in final and paths.pair_sample(m, "step143000") in final
+    assert len(targets.prune_targets(paper)) == 8 * 25
+    paper["hub"]["prune"] = "all"
+    assert len(targets.prune_targets(paper)) == 8 * 26 + 4
+    paper["hub"]["prune"] = "none"
+    assert targets.prune_targets(paper) == []

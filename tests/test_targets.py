@@ -37,7 +37,8 @@ def _templates() -> dict[str, str]:
     for name, fn in inspect.getmembers(paths, inspect.isfunction):
         if fn.__module__ != paths.__name__ or name in ("log_file", "benchmark_file", "benchmark_data"):
             continue
-        args = [condition if p == "condition" else f"{{{p}}}" for p in inspect.signature(fn).parameters]
+        required = [p.name for p in inspect.signature(fn).parameters.values() if p.default is inspect.Parameter.empty]
+        args = [condition if p == "condition" else f"{{{p}}}" for p in required]
         out[name] = fn(*args)
     return out
 
@@ -103,6 +104,9 @@ def test_model_lists_of_the_paper_grid(paper):
 def test_all_targets_of_the_paper_grid(paper):
     every = targets.all_targets(paper)
     assert len(every) == len(set(every))
+    pruned = targets.prune_targets(paper)  # last: markers beside the staged hub revisions
+    assert pruned and every[-len(pruned) :] == pruned and all(t.startswith(paths.STAGED + "/") for t in pruned)
+    every = every[: -len(pruned)]
     assert all(t.startswith(paths.RESULTS + "/") for t in every)
     for model, revision in targets.model_revisions(paper):
         assert paths.neurons(model, revision) in every

@@ -5,12 +5,14 @@ wneurons.experiment.targets, the ablation grid in wneurons.experiment.grid; the 
 helpers below (functions of a job's wildcards).
 """
 
+import os
 import sys
 from pathlib import Path
 
 from wneurons.jobs import inprocess
 from wneurons.jobs.figures import FIGURES
 from wneurons.experiment import analyses, grid, paths, targets
+from wneurons.lm import hub
 from wneurons.experiment.config import (
     MODEL_SOURCES,
     ConfigError,
@@ -42,6 +44,58 @@ try:
     }
 except (ValueError, FileNotFoundError) as err:
     sys.exit(f"config: {err}")
+
+
+# ---------------------------------------------------------------- hub models: staged here, read offline by the jobs
+# Every hub (model, revision) is staged by the local rule stage_model (data.smk) on the machine running this
+# Snakemake process, where the internet is; jobs read only staged files (wneurons.lm.hub). A job on a compute node
+# (SLURM: this file re-read there by `snakemake --mode remote`) gets the hub turned off before anything imports it.
+if workflow.remote_exec:
+    hub.turn_off_hub()
+HUB_MODELS = targets.hub_models(config)
+STAGING = targets.staging_root(config)
+
+
+def staged_dir(model, revision):
+    return paths.staged_dir(model, revision, STAGING)
+
+
+def staged_manifest(model, revision):
+    return paths.staged_manifest(model, revision, STAGING)
+
+
+def hub_preflight():
+    """Before any job starts, ask the hub about every revision this run stages (its stage_model jobs): one line per
+    problem (gated, missing revision, no such repo, hub unreachable; wneurons.lm.hub.preflight), then exit.
+
+    Called from `onstart`, which Snakemake runs only in the main process of a real run once the DAG is known: never
+    for -n (planning asks nothing of the hub, so CI's dry run stays offline and fast), never in a job's process
+    (a compute node may have no internet; everything its jobs read is staged by then), and not when nothing is to
+    be staged. WNEURONS_HUB_PREFLIGHT=0 skips it (staging then reports the same problems, job by job).
+    """
+    if not workflow.is_main_process or workflow.touch:
+        return
+    if os.environ.get("WNEURONS_HUB_PREFLIGHT", "1") == "0":
+        return
+    staging = [
+        (
+            job.wildcards.model,
+            MODELS[job.wildcards.model]["hub_id"],
+            job.wildcards.revision,
+        )
+        for job in workflow.dag.needrun_jobs()
+        if job.rule.name == "stage_model" and job.wildcards.model in HUB_MODELS
+    ]
+    problems = hub.preflight(staging)
+    if problems:
+        sys.exit(
+            f"hub preflight: {len(problems)} problem(s), no job was started:\n"
+            + "\n".join(problems)
+        )
+
+
+onstart:
+    hub_preflight()
 
 
 def run_script(name, input, output, params, wildcards, threads, log, rule_name=None):
@@ -101,9 +155,12 @@ def final_revision(model):
 
 
 def model_dir(wildcards):
-    """Converted local copy for GGUF models, the suite directory for checkpoint suites; nothing for hub / local
-    models (loaded directly)."""
+    """Converted local copy for GGUF models, the suite directory for checkpoint suites, the staged manifest of the
+    revision for hub models (so every job of a revision waits for its staging); nothing for local models.
+    """
     spec = MODELS[wildcards.model]
+    if wildcards.model in HUB_MODELS:
+        return staged_manifest(wildcards.model, wildcards.revision)
     if MODEL_SOURCES[model_source(spec)].converted:
         return paths.converted_model(wildcards.model)
     if wildcards.model in SUITES:
@@ -113,9 +170,9 @@ def model_dir(wildcards):
 
 
 def loader_spec(model, revision):
-    """What the loader needs: hub id + revision, or a local directory (a converted copy for GGUF sources, the
-    revision's directory for checkpoint suites); the family to check (null: taken from the model) and the window
-    BOS choice (null: the family's default).
+    """What the loader needs: hub id + revision and the directory it is staged in, or a local directory (a
+    converted copy for GGUF sources, the revision's directory for checkpoint suites); the family to check (null:
+    taken from the model) and the window BOS choice (null: the family's default).
     """
     spec = MODELS[model]
     source = model_source(spec)
@@ -130,6 +187,11 @@ def loader_spec(model, revision):
         return loader | {"local_path": paths.converted_model(model)}
     if model in SUITES:
         return loader | {"local_path": SUITES[model][revision]}
+    if model in HUB_MODELS:
+        return loader | {
+            "hub_id": spec["hub_id"],
+            "staged": staged_dir(model, revision),
+        }
     return loader | {source: spec[source]}
 
 
@@ -162,6 +224,33 @@ def dataset_spec(wildcards):
 def hub_tasks_params(wildcards):
     """The hub tasks to stage: the capability suite's."""
     return config["evaluation"]["capability"]["tasks"]
+
+
+def hub_source(wildcards):
+    """The hub id and revision stage_model fetches."""
+    if wildcards.model not in HUB_MODELS:
+        raise ValueError(
+            f"stage_model: models.{wildcards.model} has no hub_id; only hub models are staged"
+        )
+    return {
+        "repo_id": MODELS[wildcards.model]["hub_id"],
+        "revision": wildcards.revision,
+    }
+
+
+def staged_manifests(wildcards):
+    """Every hub revision of the run, staged (the target rule stage_hub_models)."""
+    return [staged_manifest(m, r) for m, _, r in targets.staged_revisions(config)]
+
+
+def prune_inputs(wildcards):
+    """A staged revision and every job output that reads its weights (wneurons.experiment.targets.weight_readers):
+    its weights go once all of them exist."""
+    m, r = wildcards.model, wildcards.revision
+    return {
+        "manifest": staged_manifest(m, r),
+        "readers": targets.weight_readers(config, m, r),
+    }
 
 
 # ---------------------------------------------------------------- neurons.smk
@@ -358,7 +447,11 @@ def suite_train_params(wildcards):
 
 
 def integrity_inputs(wildcards):
+    """Every training revision's weight digest: a hub model's staged manifests (the gate runs right after staging),
+    else the weight records."""
     m = wildcards.model
+    if m in HUB_MODELS:
+        return [staged_manifest(m, r) for r in training_revisions(MODELS[m])]
     return [paths.weight_record(m, r) for r in training_revisions(MODELS[m])]
 
 

@@ -64,3 +64,39 @@ rule stage_lmeval_tasks:
         run_script(
             "stage_lmeval_tasks.py", input, output, params, wildcards, threads, log
         )
+
+
+# Hub models (wneurons.lm.hub): each revision staged on this machine (where the internet is) before any job reads
+# it, pinned to its commit and verified; a revision's weights pruned once every job reading them is done.
+rule stage_model:
+    output:
+        staged_manifest("{model}", "{revision}"),
+    log:
+        paths.log_file("stage_model", "{model}/{revision}"),
+    benchmark:
+        paths.benchmark_file("stage_model", "{model}/{revision}")
+    localrule: True
+    params:
+        hub=hub_source,
+    run:
+        run_script("stage_model.py", input, output, params, wildcards, threads, log)
+
+
+rule stage_hub_models:
+    input:
+        staged_manifests,
+    localrule: True
+
+
+rule prune_staged:
+    input:
+        unpack(prune_inputs),
+    output:
+        paths.pruned_record("{model}", "{revision}", STAGING),
+    log:
+        paths.log_file("prune_staged", "{model}/{revision}"),
+    benchmark:
+        paths.benchmark_file("prune_staged", "{model}/{revision}")
+    localrule: True
+    run:
+        run_script("prune_staged.py", input, output, params, wildcards, threads, log)

@@ -18,6 +18,8 @@ FIGURES = f"{RESULTS}/figures"
 DATA = f"{RESOURCES}/data"
 ACTIVATIONS = f"{RESOURCES}/activations"
 KEPT_ACTIVATIONS = f"{RESOURCES}/kept-activations"
+STAGED = f"{RESOURCES}/hub"  # the default of hub.staging_dir: staged hub revisions
+STAGED_MANIFEST = "STAGED.json"  # wneurons.lm.hub.MANIFEST: written last, so a directory with one is complete
 
 
 # ---------------------------------------------------------------- logs and benchmark tables of the rules
@@ -59,6 +61,22 @@ def converted_model(model: str) -> str:
 def trained_suite(model: str) -> str:
     """A checkpoint suite trained by the workflow (train_suite)."""
     return f"{RESOURCES}/suites/{model}"
+
+
+def staged_dir(model: str, revision: str, root: str = STAGED) -> str:
+    """A hub revision staged for the jobs (wneurons.lm.hub.stage): its config, tokenizer and weight files, pinned
+    to one commit. ``root``: the config's ``hub.staging_dir``."""
+    return f"{root}/{model}/{revision}"
+
+
+def staged_manifest(model: str, revision: str, root: str = STAGED) -> str:
+    """The manifest of a staged revision (stage_model's output; every job of the revision depends on it)."""
+    return f"{staged_dir(model, revision, root)}/{STAGED_MANIFEST}"
+
+
+def pruned_record(model: str, revision: str, root: str = STAGED) -> str:
+    """What prune_staged removed from a staged revision (its marker output), beside the staged directory."""
+    return f"{root}/{model}/{revision}.pruned.json"
 
 
 def shards(model: str, revision: str) -> str:

@@ -97,6 +97,61 @@ def benchmark_input(config: dict, benchmark: str) -> str:
     return paths.benchmark_data(benchmark)
 
 
+# ---------------------------------------------------------------- hub models: staging and pruning
+def hub_models(config: dict) -> list[str]:
+    """Models given by ``hub_id``: staged (wneurons.lm.hub) before any job reads them."""
+    return [m for m, spec in config["models"].items() if "hub_id" in spec]
+
+
+def staging_root(config: dict) -> str:
+    """Where staged hub revisions live (``hub.staging_dir``)."""
+    return config["hub"]["staging_dir"]
+
+
+def hub_revisions(config: dict, model: str) -> list[str]:
+    """Every revision of a model that some job reads: final revision, checkpoints, then the weight grid's others."""
+    return list(dict.fromkeys([*revisions(config, model), *config["models"][model]["weight_checkpoints"]]))
+
+
+def staged_revisions(config: dict) -> list[tuple[str, str, str]]:
+    """``(model, hub id, revision)`` of every hub revision of the run: what is staged, and what the preflight asks
+    the hub about while it is not."""
+    return [(m, config["models"][m]["hub_id"], r) for m in hub_models(config) for r in hub_revisions(config, m)]
+
+
+def weight_readers(config: dict, model: str, revision: str) -> list[str]:
+    """The outputs of every job that reads a revision's weights (not only its tokenizer): its neuron table (after
+    collection), its aggregates (every clean and ablated score, the matched searches), its weight rows, and the
+    final revision's pair sample. Pruning a staged revision waits for all of them."""
+    readers = []
+    if revision in revisions(config, model):
+        readers += [
+            paths.neurons(model, revision),
+            *(paths.aggregate(model, revision, b) for b in benchmarks_at(config, model, revision)),
+        ]
+    if revision in config["models"][model]["weight_checkpoints"]:
+        readers.append(paths.weight_rows(model, revision))
+    if model in analysis_models(config) and revision == final_revision(config, model):
+        readers.append(paths.pair_sample(model, revision))
+    return readers
+
+
+def pruned_revisions(config: dict, model: str) -> list[str]:
+    """The staged revisions of a hub model whose weights are removed once read (``hub.prune``): every one but the
+    final revision (``checkpoints``), all, or none."""
+    prune = config["hub"]["prune"]
+    if prune == "none" or model not in hub_models(config):
+        return []
+    final = final_revision(config, model)
+    return [r for r in hub_revisions(config, model) if prune == "all" or r != final]
+
+
+def prune_targets(config: dict) -> list[str]:
+    """The markers of every staged revision the run prunes (:func:`pruned_revisions`)."""
+    root = staging_root(config)
+    return [paths.pruned_record(m, r, root) for m in hub_models(config) for r in pruned_revisions(config, m)]
+
+
 # ---------------------------------------------------------------- targets of `all`
 def checkpoint_targets(config: dict) -> list[str]:
     """Per checkpoint: the neuron table and the aggregates; per ablated final revision Figures 3 and 4 (4 only with
@@ -158,12 +213,14 @@ def analysis_targets(config: dict) -> list[str]:
 
 
 def all_targets(config: dict) -> list[str]:
-    """Every target of the default rule ``all``, in this order: checkpoints, training, report, analyses."""
+    """Every target of the default rule ``all``, in this order: checkpoints, training, report, analyses, and the
+    pruning of staged hub revisions once read."""
     return [
         *checkpoint_targets(config),
         *training_targets(config),
         *report_targets(config),
         *analysis_targets(config),
+        *prune_targets(config),
     ]
 
 

@@ -1,5 +1,8 @@
 """What every job module shares: a job's log file, the configured model (loaded once per process and lent between
-jobs), its tokenizer alone, the window-BOS choice, and the model and data provenance every result records."""
+jobs), its tokenizer alone, the window-BOS choice, and the model and data provenance every result records.
+
+A hub model's loader spec names its staged directory (``staged``, wneurons.lm.hub.stage): jobs read only that
+directory, never the hub, and record the commit the revision resolved to."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from wneurons.store.data import SOURCE_FILE
 log = logging.getLogger("wneurons")
 
 HUB = "hub_id"  # the one model source whose loader spec carries a revision; the other is a local directory
+STAGED = "staged"  # a hub model's loader spec: the directory its revision was staged in (wneurons.lm.hub.stage)
 
 
 @contextlib.contextmanager
@@ -63,15 +67,37 @@ def model_location(spec: dict) -> tuple[str, str, str | None]:
     return source, spec[source], spec["revision"] if source == HUB else None
 
 
+def staged_manifest_of(spec: dict, weights: bool = True) -> dict | None:
+    """The manifest of a hub model's staged revision after checking that it stages this spec's hub id and revision
+    and that its files are there (``weights`` False: tokenizer and config only, the weights may be pruned); None for
+    a spec without a staged directory (local models)."""
+    from wneurons.lm.hub import StagingError, verify_staged
+
+    if STAGED not in spec:
+        return None
+    manifest = verify_staged(spec[STAGED], weights=weights)
+    _, location, revision = model_location(spec)
+    if (manifest["repo_id"], manifest["revision"]) != (location, revision):
+        raise StagingError(
+            f"{spec[STAGED]} stages {manifest['repo_id']}@{manifest['revision']}, not models.{spec['name']} "
+            f"({location}@{revision}): remove it and stage again"
+        )
+    return manifest
+
+
 def load_configured_model(spec: dict, dtype: str):
-    """Load the model of a config entry (hub id + revision, or local directory) and check its layer count and,
-    where the entry names one, its family against the loaded model's."""
-    from wneurons.lm.models import job_device, load_model
+    """Load the model of a config entry (its staged hub revision, or a local directory) and check its layer count
+    and, where the entry names one, its family against the loaded model's. A staged revision is read with the hub
+    turned off (:func:`wneurons.lm.models.load_staged`)."""
+    from wneurons.lm.models import job_device, load_model, load_staged
     from wneurons.lm.registry import check_family, preactivation_modules
 
-    source, location, revision = model_location(spec)
-    where = {source: location} | ({"revision": revision} if revision is not None else {})
-    model, tokenizer = load_model(**where, dtype=dtype, device=job_device())
+    if staged_manifest_of(spec) is not None:
+        model, tokenizer, _ = load_staged(spec[STAGED], dtype=dtype, device=job_device())
+    else:
+        source, location, revision = model_location(spec)
+        where = {source: location} | ({"revision": revision} if revision is not None else {})
+        model, tokenizer = load_model(**where, dtype=dtype, device=job_device())
     check_family(spec.get("family"), model, f"models.{spec['name']}.family")
     n_layers = len(preactivation_modules(model))
     if n_layers != spec["num_layers"]:
@@ -94,9 +120,12 @@ def configured_model(spec: dict, dtype: str) -> Iterator[tuple[Any, Any]]:
 
 
 def configured_tokenizer(spec: dict):
-    """The tokenizer alone of a config entry (no model loaded)."""
+    """The tokenizer alone of a config entry (no model loaded); a staged revision's from its files, which pruning
+    leaves."""
     from wneurons.lm.models import load_tokenizer
 
+    if staged_manifest_of(spec, weights=False) is not None:
+        return load_tokenizer(spec[STAGED], local_files_only=True)
     _, location, revision = model_location(spec)
     return load_tokenizer(location, revision)
 
@@ -112,10 +141,16 @@ def window_bos_of(spec: dict, model, tokenizer) -> tuple[bool, str]:
 
 def model_provenance(spec: dict, model=None) -> dict:
     """Model name, family (the loaded model's ``model_type`` when given the model, else the entry's), revision,
-    source, and the conversion record of converted models (their directory's ``SOURCE.json``)."""
+    source; for a staged hub revision the commit it resolved to and its weight digest (from the manifest, which
+    pruning keeps); the conversion record of converted models (their directory's ``SOURCE.json``)."""
+    from wneurons.lm.hub import staged_provenance
+
     source, location, _ = model_location(spec)
     family = model.config.model_type if model is not None else spec.get("family")
     prov = {"model": spec["name"], "family": family, "revision": spec["revision"], "source": location}
+    if STAGED in spec:
+        staged = staged_provenance(spec[STAGED])
+        prov |= {"commit": staged["commit"], "weights_sha256": staged["weights_sha256"]}
     source_json = Path(location) / SOURCE_FILE
     if source != HUB and source_json.is_file():
         prov["model_source"] = io.read_json(source_json)

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from wneurons.jobs.base import model_location, model_provenance
+from wneurons.experiment.paths import STAGED_MANIFEST
+from wneurons.jobs.base import HUB, STAGED, model_location, model_provenance, staged_manifest_of
 from wneurons.store import io
 
 log = logging.getLogger("wneurons")
@@ -41,17 +42,22 @@ def train_suite_job(wikitext_dir: str, out_dir: str, train: dict, revisions: lis
 
 def weight_rows_job(spec: dict, layer: int, rows_path: str, record_path: str) -> dict:
     """One layer's pre-nonlinearity weight rows (float32 [neurons, d_in], bias excluded) of one revision, no
-    forward pass, and the revision's weight hashes (all weight files; these rows) for the integrity gate."""
-    from wneurons.lm.models import hub_weights
+    forward pass, and the revision's weight hashes (all weight files; these rows) for the integrity gate. A hub
+    revision is read from its staged directory, its digest from the manifest (the hub's sha256 of each file,
+    verified when staged): no request to the hub."""
     from wneurons.lm.registry import family_spec
     from wneurons.store import checkpoints
 
     family = family_spec(spec["family"])
     candidates = [checkpoints.weight_tensor_name(path, family.projection, layer) for path in family.layers_paths]
-    _, location, hub_revision = model_location(spec)
-    if hub_revision is not None:
-        directory, weights_sha256, names = hub_weights(location, hub_revision, candidates)
+    manifest = staged_manifest_of(spec)
+    if manifest is not None:
+        directory = Path(spec[STAGED])
+        weights_sha256, names = manifest["weights_sha256"], [Path(n).name for n in manifest["weight_files"]]
     else:
+        source, location, _ = model_location(spec)
+        if source == HUB:
+            raise ValueError(f"models.{spec['name']}: a hub revision's weights are read from its staged directory only")
         directory = Path(location)
         files = checkpoints.checkpoint_weight_files(directory)
         weights_sha256, names = io.sha256_files(files), [f.name for f in files]
@@ -97,33 +103,27 @@ def cohorts_job(
 
 
 def integrity_job(record_paths: list[str], final_revision: str, out_path: str, mode: str) -> dict:
-    """The checkpoint integrity gate: every revision's weight hash; identical checkpoints (or one equal to the
-    final revision) raise, naming them (``mode="error"``), or are recorded as dropped (``mode="drop"``)."""
-    from wneurons.core.dynamics import CheckpointIntegrityError, integrity_problems
+    """The checkpoint integrity gate: every revision's weight hash, from its weight record (``weight_rows.json``)
+    or, for a hub model, its staged manifest (``STAGED.json``, :func:`wneurons.lm.hub.staged_integrity`, which
+    records the commits too); identical checkpoints (or one equal to the final revision) raise, naming them
+    (``mode="error"``), or are recorded as dropped (``mode="drop"``)."""
+    from wneurons.core.dynamics import CheckpointIntegrityError, integrity_drops, integrity_problems
+    from wneurons.lm.hub import staged_integrity
 
+    if record_paths and all(Path(p).name == STAGED_MANIFEST for p in record_paths):
+        staged = {io.read_json(p)["revision"]: str(Path(p).parent) for p in record_paths}
+        return staged_integrity(staged, final_revision, mode, out_path)
     records = [io.read_json(p) for p in record_paths]
     hashes = {r["revision"]: r["weights_sha256"] for r in records}
     problems = integrity_problems(hashes, final_revision)
-    dropped: list[str] = []
     if problems and mode == "error":
         raise CheckpointIntegrityError("checkpoint integrity: " + "; ".join(problems))
-    if problems:  # drop: keep the final revision, else the earliest of each identical group
-        groups: dict[str, list[str]] = {}
-        for revision, digest in hashes.items():
-            groups.setdefault(digest, []).append(revision)
-        for members in groups.values():
-            keep = final_revision if final_revision in members else min(members, key=_step_key)
-            dropped += [m for m in members if m != keep]
+    dropped = integrity_drops(hashes, final_revision) if problems else []
+    if dropped:
         log.warning("checkpoint integrity: dropping %s (%s)", dropped, "; ".join(problems))
-    out = {"hashes": hashes, "problems": problems, "dropped": sorted(dropped, key=_step_key), "mode": mode}
+    out = {"hashes": hashes, "problems": problems, "dropped": dropped, "mode": mode}
     io.write_json(out_path, out)
     return out
-
-
-def _step_key(revision: str) -> int:
-    from wneurons.store.checkpoints import step_of
-
-    return step_of(revision)
 
 
 def _kept(revisions: list[str], paths: list[str], integrity_path: str) -> list[tuple[str, str]]:

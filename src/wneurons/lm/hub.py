@@ -57,6 +57,7 @@ __all__ = [
     "stage",
     "staged_integrity",
     "staged_provenance",
+    "turn_off_hub",
     "verify_staged",
     "weight_files",
 ]
@@ -101,6 +102,13 @@ class HubRevision(NamedTuple):
     model: str
     repo_id: str
     revision: str
+
+
+def turn_off_hub() -> None:
+    """Turn the hub off for this process and its children (``HF_HUB_OFFLINE=1``): huggingface_hub and transformers
+    then never open a connection. Read when huggingface_hub is first imported, so call it before: the workflow does
+    in every job process on a compute node, where everything a job reads is staged."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 # ---------------------------------------------------------------- what a revision's load needs
@@ -305,9 +313,10 @@ def staged_provenance(staged_dir: str | os.PathLike) -> dict[str, Any]:
     }
 
 
-def prune(staged_dir: str | os.PathLike) -> dict[str, Any]:
+def prune(staged_dir: str | os.PathLike, out_path: str | os.PathLike | None = None) -> dict[str, Any]:
     """Remove a staged revision's weight files (the shard index too); the manifest stays, says ``pruned`` and
-    keeps every digest. Idempotent. Returns the updated manifest, with ``pruned_bytes``.
+    keeps every digest. Idempotent. Returns the updated manifest, with ``pruned_bytes``; ``out_path``: where to
+    record what was removed (the workflow's marker: hub id, revision, commit, files, bytes).
 
     The manifest's and the directory's modification times are left as they were: Snakemake reruns the jobs
     whose inputs are newer than their outputs, and those jobs are exactly the ones that can no longer run."""
@@ -323,6 +332,16 @@ def prune(staged_dir: str | os.PathLike) -> dict[str, Any]:
         (directory / name).unlink(missing_ok=True)
     for path, st in times.items():
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    log.info(
+        "pruned %s@%s: %d files, %d bytes",
+        manifest["repo_id"],
+        manifest["revision"],
+        len(manifest["pruned_files"]),
+        manifest["pruned_bytes"],
+    )
+    if out_path is not None:
+        keys = ("repo_id", "revision", "commit", "pruned_files", "pruned_bytes")
+        io.write_json(out_path, {k: manifest[k] for k in keys} | {"staged_dir": str(directory)})
     return manifest
 
 

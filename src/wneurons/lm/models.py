@@ -14,9 +14,7 @@ key of each GGUF model source to its converter (the table of sources is ``wneuro
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
-import json
 import os
 import threading
 from collections.abc import Callable
@@ -35,7 +33,6 @@ __all__ = [
     "convert_gguf_file",
     "convert_gguf_source",
     "convert_gguf_wheel",
-    "hub_weights",
     "load_model",
     "load_staged",
     "tokenizer_adds_bos",
@@ -115,13 +112,17 @@ def job_device() -> str:
     return os.environ.get("WNEURONS_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def load_tokenizer(source: str, revision: str | None = None) -> Any:
-    """The tokenizer alone of a hub id (at ``revision``) or a local directory (``revision`` None)."""
+def load_tokenizer(source: str, revision: str | None = None, *, local_files_only: bool = False) -> Any:
+    """The tokenizer alone of a hub id (at ``revision``) or a local directory (``revision`` None);
+    ``local_files_only``: read files only, never ask the hub (a staged revision)."""
     with LOADING:
         from transformers import AutoTokenizer
 
         _no_conversion_requests()
-        return AutoTokenizer.from_pretrained(source, **({"revision": revision} if revision else {}))
+        kwargs: dict[str, Any] = {"revision": revision} if revision else {}
+        if local_files_only:
+            kwargs["local_files_only"] = True
+        return AutoTokenizer.from_pretrained(source, **kwargs)
 
 
 def _no_conversion_requests() -> None:
@@ -254,30 +255,3 @@ def convert_gguf_source(source: str, value: Any, out_dir: str | os.PathLike) -> 
     if source not in GGUF_CONVERTERS:
         raise ValueError(f"model source {source!r} is not a GGUF source; GGUF sources: {', '.join(GGUF_CONVERTERS)}")
     return GGUF_CONVERTERS[source](value, out_dir)
-
-
-def hub_weights(hub_id: str, revision: str, tensors: list[str]) -> tuple[Path, str, list[str]]:
-    """A hub revision's weights without downloading all of them: ``(directory, digest, names)``, the digest of
-    every weight file from the hub's LFS sha256 metadata (the digest :func:`store.io.sha256_files` gives for the
-    same files on disk), their names, and a local directory holding only the file that stores one of ``tensors``
-    (found through the shard index when sharded)."""
-    from huggingface_hub import HfApi, hf_hub_download
-
-    siblings = {f.rfilename: f for f in HfApi().model_info(hub_id, revision=revision, files_metadata=True).siblings}
-    weights = sorted(n for n in siblings if n.endswith(".safetensors")) or sorted(
-        n for n in siblings if n.startswith("pytorch_model") and n.endswith(".bin")
-    )
-    if not weights:
-        raise FileNotFoundError(f"{hub_id}@{revision}: no *.safetensors or pytorch_model*.bin weight files")
-    digest = hashlib.sha256()
-    for name in weights:  # io.sha256_files' recipe: by name, the name then the file's hex sha256
-        digest.update(name.encode())
-        digest.update(siblings[name].lfs.sha256.encode())
-    suffix = ".safetensors" if weights[0].endswith(".safetensors") else ".bin"
-    index = f"{weights[0].split('-0')[0].removesuffix(suffix)}{suffix}.index.json"
-    wanted = weights[0]
-    if index in siblings:
-        weight_map = json.loads(Path(hf_hub_download(hub_id, index, revision=revision)).read_text())["weight_map"]
-        wanted = next((weight_map[t] for t in tensors if t in weight_map), wanted)
-    path = Path(hf_hub_download(hub_id, wanted, revision=revision))
-    return path.parent, digest.hexdigest(), weights

@@ -1,0 +1,283 @@
+"""Hub models through the real Snakefile, against the hub-compatible server on 127.0.0.1 (tests/hub_server.py):
+staged first, on this machine; then statistics, scoring and the training dynamics of a tiny Pythia-shaped repo run
+with the hub stopped (no route to it at all), under profiles/slurm on the localhost cluster when it is up
+(.ci/slurm/README.md), locally otherwise; checkpoint weights pruned once read; results readable by the group.
+The preflight stops a run before any job with one line per bad model; the integrity gate reads the staged manifests.
+Loopback only: nothing here reaches out."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from hub_server import HubServer, pointed_at
+from tiny_project import FILLER, NOUNS, PLURAL_VERBS, REPO, VERBS, make_tiny_project, snakemake, tiny_config
+
+from wneurons.experiment import paths
+from wneurons.experiment.grid import BENCHMARKS
+from wneurons.lm import hub
+
+pytestmark = pytest.mark.slow
+
+MODEL, REPO_ID, FINAL = "tiny-pythia", "tiny/pythia", "step2000"
+CHECKPOINTS = ["step0", "step1000"]
+STAGING = "hub-staging"  # hub.staging_dir, away from its default
+UMASK = 0o027  # group may read, others not: files written 0600 (mkstemp) or 0644 (a fixed mode) both fail
+
+
+def save_pythia_revision(directory: Path, seed: int, weights: str = "safetensors") -> Path:
+    """A tiny random GPT-NeoX (weights from ``seed``) with the tiny project's word-level tokenizer, saved like a
+    Pythia revision: ``weights`` ``"safetensors"``, or ``"bin"`` (pytorch_model.bin only, as early Pythia steps)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    words = sorted(set(NOUNS + VERBS + PLURAL_VERBS + FILLER + ["="]))
+    vocab = {tok: i for i, tok in enumerate(specials + words)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    config = GPTNeoXConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPTNeoXForCausalLM(config)
+    if weights == "safetensors":
+        model.save_pretrained(directory)
+    else:
+        model.config.save_pretrained(directory)
+        torch.save(model.state_dict(), directory / "pytorch_model.bin")
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def hub_config(root: Path, models: dict, **sections) -> Path:
+    """The tiny project's config with ``models`` (hub models) in place of its local one, a small ablation grid,
+    no explorer; ``sections`` replace whole top-level sections."""
+    cfg = tiny_config(root)
+    cfg["models"] = models
+    cfg["ablation"] = {"random_trials": 1, "percents": [5], "matched": {"tolerance": 0.05, "max_steps": 3}}
+    cfg["report"] = {"explorer": {"models": []}}
+    cfg["training"] = {"bootstrap": 100}
+    cfg["hub"] = {"staging_dir": STAGING}
+    cfg |= sections
+    path = root / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def pythia_entry(repo_id: str = REPO_ID, final: str = FINAL, checkpoints: list[str] = CHECKPOINTS) -> dict:
+    return {
+        "family": "gpt_neox",
+        "hub_id": repo_id,
+        "final_revision": final,
+        "checkpoints": checkpoints,
+        "weight_checkpoints": [*checkpoints, final] if checkpoints else [],
+        "tokens_per_step": 64,
+        "num_layers": 4,
+        "params_b": 0.001,
+    }
+
+
+@pytest.fixture(scope="module")
+def revisions(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("revisions")
+    return {
+        "step0": save_pythia_revision(root / "step0", 0, "bin"),
+        "step1000": save_pythia_revision(root / "step1000", 1),
+        "step2000": save_pythia_revision(root / "step2000", 2),
+    }
+
+
+@pytest.fixture
+def served(revisions, tmp_path, monkeypatch):
+    """The hub server with the tiny Pythia repo (main = step2000, as Pythia's main = step143000), a gated repo, and
+    a re-uploaded repo whose step1000 holds main's weights; huggingface_hub pointed at it (for the subprocesses too)."""
+    with HubServer() as srv, pointed_at(srv, monkeypatch, tmp_path / "hf-home"):
+        for branch in ("step0", "step1000", "step2000"):
+            srv.add_revision(REPO_ID, branch, revisions[branch])
+        srv.add_revision(REPO_ID, "main", revisions["step2000"])
+        srv.add_revision("gated/pythia", "main", revisions["step2000"], gated=True, tokens=("hf_granted_0123456789",))
+        srv.add_revision("tiny/reuploaded", "step0", revisions["step0"])
+        srv.add_revision("tiny/reuploaded", "step1000", revisions["step2000"])
+        srv.add_revision("tiny/reuploaded", "step2000", revisions["step2000"])
+        srv.add_revision("tiny/reuploaded", "main", revisions["step2000"])
+        yield srv
+
+
+def cluster_profiles() -> list[str]:
+    """``--profile`` arguments for the localhost SLURM cluster when it is up (.ci/slurm/up.sh), else none."""
+    if shutil.which("sinfo") is None:
+        return []
+    try:
+        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if not any(s in states for s in ("idle", "mixed", "allocated")):
+        return []
+    return ["--profile", str(REPO / "profiles/slurm"), "--profile", str(REPO / "profiles/slurm-ci")]
+
+
+def run_targets() -> list[str]:
+    """Statistics and scoring of every revision, the training dynamics, the pruning of the checkpoints."""
+    revisions = [FINAL, *CHECKPOINTS]
+    out = [paths.neurons(MODEL, r) for r in revisions]
+    out += [paths.aggregate(MODEL, r, b) for r in revisions for b in BENCHMARKS]
+    out += [paths.emergence_table(MODEL), paths.emergence_summary(MODEL), paths.cosine_drift(MODEL)]
+    return out + [paths.pruned_record(MODEL, r, STAGING) for r in CHECKPOINTS]
+
+
+def job_lines(output: str) -> list[str]:
+    """The job headers Snakemake prints when it starts a job."""
+    return [line for line in output.splitlines() if line.strip().startswith(("rule ", "localrule ", "group job "))]
+
+
+# ---------------------------------------------------------------- stage, then run with the hub stopped
+@pytest.fixture(scope="module")
+def hub_run(revisions, tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub-run")
+    make_tiny_project(root)
+    hub_config(root, {MODEL: pythia_entry()})
+    with pytest.MonkeyPatch.context() as mp, HubServer() as srv, pointed_at(srv, mp, root / "hf-home"):
+        for branch, directory in revisions.items():
+            srv.add_revision(REPO_ID, branch, directory)
+        srv.add_revision(REPO_ID, "main", revisions[FINAL])
+        commits = {r: srv.repos[REPO_ID].branches[r] for r in revisions}
+        previous = os.umask(UMASK)
+        try:
+            staged = snakemake(root, "--cores", "2", "stage_hub_models")
+            staging_requests = len(srv.requests)
+            srv.stop()  # from here on nothing answers on the hub's ports
+            run = snakemake(root, "--cores", "2", *cluster_profiles(), *run_targets(), timeout=1500)
+        finally:
+            os.umask(previous)
+        yield {
+            "root": root,
+            "commits": commits,
+            "staged": staged,
+            "run": run,
+            "staging_requests": staging_requests,
+            "requests": len(srv.requests),
+        }
+
+
+def test_staging_pins_every_revision_outside_the_library_cache(hub_run):
+    root = hub_run["root"]
+    assert hub_run["staging_requests"] > 0
+    for revision, commit in hub_run["commits"].items():
+        manifest = json.loads((root / paths.staged_manifest(MODEL, revision, STAGING)).read_text())
+        assert (manifest["repo_id"], manifest["revision"], manifest["commit"]) == (REPO_ID, revision, commit)
+    step0 = json.loads((root / paths.staged_manifest(MODEL, "step0", STAGING)).read_text())
+    assert step0["weight_files"] == ["pytorch_model.bin"]
+    # HF_HOME (the library's cache) holds no weights: staging writes only into hub.staging_dir.
+    assert not [p for p in (root / "hf-home").rglob("*") if p.suffix in (".safetensors", ".bin")]
+
+
+def test_the_jobs_ran_with_no_route_to_the_hub_and_record_the_commit(hub_run):
+    root, commits = hub_run["root"], hub_run["commits"]
+    assert hub_run["requests"] == hub_run["staging_requests"]  # the server was stopped: nothing more arrived
+    assert "rule stage_model:" not in hub_run["run"].stdout + hub_run["run"].stderr  # all staged beforehand
+    for revision, commit in commits.items():
+        for bench in BENCHMARKS:
+            clean = json.loads((root / paths.clean(MODEL, revision, bench)).read_text())
+            assert clean["provenance"]["commit"] == commit, (revision, bench)
+        record = json.loads((root / paths.weight_record(MODEL, revision)).read_text())
+        manifest = json.loads((root / paths.staged_manifest(MODEL, revision, STAGING)).read_text())
+        assert record["weights_sha256"] == manifest["weights_sha256"]
+        assert record["provenance"]["commit"] == commit
+    integrity = json.loads((root / paths.integrity(MODEL)).read_text())
+    assert integrity["commits"] == commits and integrity["problems"] == [] and integrity["dropped"] == []
+    for target in run_targets():
+        assert (root / target).stat().st_size > 0
+
+
+def test_checkpoint_weights_are_pruned_once_read_and_the_final_revision_kept(hub_run):
+    root = hub_run["root"]
+    for revision in CHECKPOINTS:
+        directory = root / paths.staged_dir(MODEL, revision, STAGING)
+        manifest = hub.read_manifest(directory)
+        assert manifest["pruned"] and manifest["pruned_bytes"] > 0
+        assert not [n for n in manifest["weight_files"] if (directory / n).exists()]
+        assert (directory / "tokenizer.json").is_file()  # the tokenizer stays
+        record = json.loads((root / paths.pruned_record(MODEL, revision, STAGING)).read_text())
+        assert record["revision"] == revision and record["pruned_files"] == manifest["pruned_files"]
+    final = root / paths.staged_dir(MODEL, FINAL, STAGING)
+    assert hub.verify_staged(final)["pruned"] is False
+    assert not (root / paths.pruned_record(MODEL, FINAL, STAGING)).exists()
+    # Pruning left every output up to date: nothing to rerun.
+    assert "Nothing to be done" in snakemake(root, "-n", *run_targets()).stdout
+
+
+def test_results_and_staged_files_are_readable_by_the_group(hub_run):
+    root = hub_run["root"]
+    files = [p for top in ("results", STAGING) for p in (root / top).rglob("*") if p.is_file()]
+    assert len(files) > 50
+    modes = {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in files}
+    assert not {p: oct(m) for p, m in modes.items() if m & 0o777 & ~(0o666 & ~UMASK) or not m & stat.S_IRGRP}
+
+
+# ---------------------------------------------------------------- preflight
+def test_preflight_one_line_per_bad_model_and_no_job_started(served, tmp_path, monkeypatch):
+    make_tiny_project(tmp_path)
+    models = {
+        "gated-pythia": pythia_entry("gated/pythia", "main", []),
+        "missing-step": pythia_entry(REPO_ID, FINAL, ["step999"]),
+        MODEL: pythia_entry(),
+    }
+    hub_config(tmp_path, models)
+    monkeypatch.setenv("HF_TOKEN", "hf_not_granted_secret_42")
+    proc = snakemake(tmp_path, "--cores", "1", "all", check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    problems = sorted(line for line in out.splitlines() if line.startswith(("gated-pythia:", "missing-step:")))
+    assert len(problems) == 2, out[-3000:]
+    assert "is gated" in problems[0] and "HF_TOKEN" in problems[0]
+    assert "no revision step999" in problems[1] and "nearest: step0, step1000" in problems[1]
+    assert "hub preflight: 2 problem(s), no job was started" in out
+    assert "hf_not_granted_secret_42" not in out
+    assert job_lines(out) == [] and not (tmp_path / "logs").exists() and not (tmp_path / STAGING).exists()
+
+    served.stop()
+    proc = snakemake(tmp_path, "--cores", "1", "all", check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if line.startswith("hub 127.0.0.1:")]
+    assert proc.returncode != 0 and len(lines) == 1 and "unreachable" in lines[0], out[-3000:]
+    assert job_lines(out) == [] and not (tmp_path / STAGING).exists()
+    # A dry run asks the hub nothing: it plans the staging and succeeds with the hub unreachable.
+    assert "stage_model" in snakemake(tmp_path, "-n", "all").stdout
+
+
+# ---------------------------------------------------------------- the integrity gate on staged manifests
+def test_the_integrity_gate_fires_on_a_step_branch_equal_to_main_before_any_model_runs(served, tmp_path):
+    make_tiny_project(tmp_path)
+    hub_config(tmp_path, {"reuploaded": pythia_entry("tiny/reuploaded")})
+    target = paths.integrity("reuploaded")
+    proc = snakemake(tmp_path, "--cores", "1", target, check=False, timeout=300)
+    log = (tmp_path / paths.log_file("checkpoint_integrity", "reuploaded")).read_text()
+    assert proc.returncode != 0 and "checkpoints step1000, step2000 equal the final revision" in log
+    assert not (tmp_path / target).exists()
+    assert not (tmp_path / "results/reuploaded/step0").exists()  # staging and the gate only: no model ran
+
+    hub_config(tmp_path, {"reuploaded": pythia_entry("tiny/reuploaded")}, training={"integrity": "drop"})
+    snakemake(tmp_path, "--cores", "1", target, timeout=300)
+    integrity = json.loads((tmp_path / target).read_text())
+    assert integrity["dropped"] == ["step1000"] and integrity["mode"] == "drop"
+    assert integrity["commits"]["step1000"] == served.repos["tiny/reuploaded"].branches["step1000"]
