@@ -11,7 +11,7 @@ from pathlib import Path
 
 from wneurons.jobs import inprocess
 from wneurons.jobs.figures import FIGURES
-from wneurons.experiment import analyses, grid, paths, targets
+from wneurons.experiment import analyses, grid, paths, reporting, targets, training
 from wneurons.lm import hub
 from wneurons.experiment.config import (
     MODEL_SOURCES,
@@ -126,6 +126,11 @@ def figure_report(path, rule_name, output=0):
         caption=f"../report/{figure.captions[output]}",
         category=figure.category,
     )
+
+
+def of_config(function):
+    """``function(config, wildcards)`` as a function of a job's wildcards, for a rule's input or params."""
+    return lambda wildcards: function(config, wildcards)
 
 
 # ---------------------------------------------------------------- resources (portable; cluster facts in profiles/)
@@ -408,11 +413,6 @@ def figure_params(rule_name):
 
 
 # ---------------------------------------------------------------- analyses.smk (paper §3 token level, §5-7)
-def of_config(function):
-    """``function(config, wildcards)`` as a function of a job's wildcards, for a rule's input or params."""
-    return lambda wildcards: function(config, wildcards)
-
-
 def pair_sample_inputs(wildcards):
     inputs = {"wikitext": paths.benchmark_data("ppl")}
     if config["pairs"]["source"] == "test_shards":
@@ -436,85 +436,17 @@ layerwise_params = of_config(analyses.layerwise_params)
 
 
 # ---------------------------------------------------------------- training.smk (Fig. 2b-d, 6b-d)
-def suite_train_params(wildcards):
-    """The trainer's settings, the revisions it saves, and how far the neuron statistics read WikiText-2 test."""
-    spec = MODELS[wildcards.model]
-    return {
-        "train": spec["checkpoint_suite"]["train"],
-        "revisions": training_revisions(spec),
-        "max_tokens": config["neurons"]["max_tokens"],
-    }
-
-
-def integrity_inputs(wildcards):
-    """Every training revision's weight digest: a hub model's staged manifests (the gate runs right after staging),
-    else the weight records."""
-    m = wildcards.model
-    if m in HUB_MODELS:
-        return [staged_manifest(m, r) for r in training_revisions(MODELS[m])]
-    return [paths.weight_record(m, r) for r in training_revisions(MODELS[m])]
-
-
-def cohorts_inputs(wildcards):
-    """The final revision's neuron table, and its pair signs (MD over the pair sample) for Fig. 6b models."""
-    m, final = wildcards.model, final_revision(wildcards.model)
-    inputs = {"neurons": paths.neurons(m, final)}
-    if m in targets.pair_models(config):
-        inputs["pair_signs"] = paths.pair_signs(m, final)
-    return inputs
-
-
-def _gated(model):
-    """The cohorts a training analysis follows and the integrity gate it must pass."""
-    return {"cohorts": paths.cohorts(model), "integrity": paths.integrity(model)}
-
-
-def pair_signs_training_inputs(wildcards):
-    m = wildcards.model
-    revs = targets.dynamics_revisions(config, m)
-    return _gated(m) | {"signs": [paths.pair_signs(m, r) for r in revs]}
-
-
-def emergence_inputs(wildcards):
-    m = wildcards.model
-    revs = targets.dynamics_revisions(config, m)
-    return _gated(m) | {
-        "neurons": [paths.neurons(m, r) for r in revs],
-        "tse": [paths.clean(m, r, "tse") for r in revs],
-        "blimp": [paths.clean(m, r, "blimp") for r in revs],
-    }
-
-
-def cosine_drift_inputs(wildcards):
-    m = wildcards.model
-    revs = targets.weight_grid(config, m)
-    return _gated(m) | {"rows": [paths.weight_rows(m, r) for r in revs]}
-
-
-def ablation_vs_wd_inputs(wildcards):
-    m = wildcards.model
-    revs = targets.ablation_revisions(config, m)
-    return _gated(m) | {
-        "neurons": [paths.neurons(m, r) for r in revs],
-        "blimp": [paths.aggregate(m, r, "blimp") for r in revs],
-        "tse": [paths.aggregate(m, r, "tse") for r in revs],
-    }
-
-
-def training_params(wildcards):
-    t = config["training"]
-    keys = ("emergence_fraction", "bootstrap", "seed")
-    return {k: t[k] for k in keys}
-
-
-def ablation_vs_wd_params(wildcards):
-    """The checkpoint percent compared across checkpoints (the first of ablation.checkpoint_percents)."""
-    percent = config["ablation"]["checkpoint_percents"][0]
-    return training_params(wildcards) | {"percent": percent}
-
-
-def pair_signs_training_params(wildcards):
-    return {"top_k": config["training"]["pair_top_k"]}
+# Pure functions of (config, wildcards) in wneurons.experiment.training.
+suite_train_params = of_config(training.suite_train_params)
+integrity_inputs = of_config(training.integrity_inputs)
+cohorts_inputs = of_config(training.cohorts_inputs)
+pair_signs_training_inputs = of_config(training.pair_signs_training_inputs)
+emergence_inputs = of_config(training.emergence_inputs)
+cosine_drift_inputs = of_config(training.cosine_drift_inputs)
+ablation_vs_wd_inputs = of_config(training.ablation_vs_wd_inputs)
+training_params = of_config(training.training_params)
+ablation_vs_wd_params = of_config(training.ablation_vs_wd_params)
+pair_signs_training_params = of_config(training.pair_signs_training_params)
 
 
 def of_model(function):
@@ -533,53 +465,10 @@ def tokens_per_step(wildcards):
 
 
 # ---------------------------------------------------------------- report.smk
-def paired_conditions(wildcards):
-    """The conditions of one checkpoint, in the order of paired_inputs' list (JSON-able for the job)."""
-    m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
-    return [c._asdict() for c in grid.conditions_scored(config, m, r, b)]
-
-
-def paired_inputs(wildcards):
-    m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
-    conditions = grid.conditions_scored(config, m, r, b)
-    return {
-        "clean": paths.clean_items(m, r, b),
-        "conditions": [paths.ablation_items(m, r, c, b) for c in conditions],
-    }
-
-
 def replication_inputs(wildcards):
     """The files the claims table is built from: results, paired tables and the analyses (including the
     training dynamics) the config runs."""
     return targets.claim_inputs(config)
-
-
-def replication_run(wildcards):
-    """What wneurons.report.claims.Run needs: per model its family, size and files; config facts; data directories."""
-    return {
-        "models": {
-            m: {
-                "family": spec["family"],
-                "params_b": spec["params_b"],
-                "revision": final_revision(m),
-                "files": targets.claim_files(config, m),
-            }
-            for m, spec in MODELS.items()
-        },
-        "config": {
-            "random_trials": config["ablation"]["random_trials"],
-            "percents": config["ablation"]["percents"],
-            "resamples": config["report"]["resamples"],
-            "seed": config["report"]["seed"],
-            "convention": config["evaluation"]["convention"],
-        },
-        "data": {
-            "blimp": paths.benchmark_data("blimp"),
-            "tse": paths.benchmark_data("tse"),
-            "tse_format": config["data"]["tse"]["format"],
-            "wikitext2": paths.benchmark_data("ppl"),
-        },
-    }
 
 
 def explorer_inputs(wildcards):
@@ -601,12 +490,11 @@ def explorer_inputs(wildcards):
     return inputs
 
 
-def explorer_params(wildcards):
-    m, r = wildcards.model, wildcards.revision
-    return {
-        "explorer": config["report"]["explorer"],
-        "checkpoints": [c for c in targets.revisions(config, m) if c != r],
-    }
+# Pure functions of (config, wildcards) in wneurons.experiment.reporting.
+paired_conditions = of_config(reporting.paired_conditions)
+paired_inputs = of_config(reporting.paired_inputs)
+replication_run = of_config(reporting.replication_run)
+explorer_params = of_config(reporting.explorer_params)
 
 
 # ---------------------------------------------------------------- the Snakefile's `all`

@@ -1,0 +1,57 @@
+"""Inputs and params of the jobs of ``workflow/rules/report.smk`` (paired statistics, the claims table, the
+explorer): pure functions of the config and a job's wildcards; ``common.smk`` binds them to the run's config."""
+
+from __future__ import annotations
+
+from wneurons.experiment import grid, paths, targets
+
+
+def paired_conditions(config: dict, wildcards) -> dict:
+    """The conditions of one checkpoint, in the order of paired_inputs' list (JSON-able for the job)."""
+    m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
+    return [c._asdict() for c in grid.conditions_scored(config, m, r, b)]
+
+
+def paired_inputs(config: dict, wildcards) -> dict:
+    m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
+    conditions = grid.conditions_scored(config, m, r, b)
+    return {
+        "clean": paths.clean_items(m, r, b),
+        "conditions": [paths.ablation_items(m, r, c, b) for c in conditions],
+    }
+
+
+def replication_run(config: dict, wildcards) -> dict:
+    """What wneurons.report.claims.Run needs: per model its family, size and files; config facts; data directories."""
+    return {
+        "models": {
+            m: {
+                "family": spec["family"],
+                "params_b": spec["params_b"],
+                "revision": targets.final_revision(config, m),
+                "files": targets.claim_files(config, m),
+            }
+            for m, spec in config["models"].items()
+        },
+        "config": {
+            "random_trials": config["ablation"]["random_trials"],
+            "percents": config["ablation"]["percents"],
+            "resamples": config["report"]["resamples"],
+            "seed": config["report"]["seed"],
+            "convention": config["evaluation"]["convention"],
+        },
+        "data": {
+            "blimp": paths.benchmark_data("blimp"),
+            "tse": paths.benchmark_data("tse"),
+            "tse_format": config["data"]["tse"]["format"],
+            "wikitext2": paths.benchmark_data("ppl"),
+        },
+    }
+
+
+def explorer_params(config: dict, wildcards) -> dict:
+    m, r = wildcards.model, wildcards.revision
+    return {
+        "explorer": config["report"]["explorer"],
+        "checkpoints": [c for c in targets.revisions(config, m) if c != r],
+    }
