@@ -18,7 +18,10 @@ the model loads they paid; ``perf/model_loads.py`` reads those lines.
 
 from __future__ import annotations
 
+import re
 import shlex
+import shutil
+from pathlib import Path
 
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings as SlurmExecutorSettings
@@ -43,7 +46,57 @@ def gpus_of(job: JobExecutorInterface) -> int:
     return int(job.resources.get("gpu", 0) or 0)
 
 
+_JOB_BLOCK = re.compile(r"^(?:local)?rule \w+:\n(.*?)(?=^\S|\Z)", flags=re.MULTILINE | re.DOTALL)
+
+
+def finished_outputs(allocation_log: str) -> set[str]:
+    """Outputs of the jobs the inner Snakemake of an allocation finished, read from its log (each job's block with
+    its `output:` and `jobid:` lines, then `Finished jobid: <id>` once it is done)."""
+    outputs = {}
+    for block in _JOB_BLOCK.finditer(allocation_log):
+        jobid = re.search(r"^\s+jobid: (\d+)$", block[1], flags=re.MULTILINE)
+        files = re.search(r"^\s+output: (.*)$", block[1], flags=re.MULTILINE)
+        if jobid and files:
+            outputs[jobid[1]] = files[1].split(", ")
+    done = re.findall(r"^Finished jobid: (\d+) ", allocation_log, flags=re.MULTILINE)
+    return {f for j in done for f in outputs.get(j, [])}
+
+
+def remove_unfinished_outputs(job: JobExecutorInterface, allocation_log: Path | None, log) -> list[str]:
+    """Delete the outputs of every member of the failed ``job`` (a group job or a single job) that its allocation
+    did not finish (its log says which it did), and return them.
+
+    Why: when an allocation fails or is cancelled, core Snakemake deletes the outputs of EVERY member of the group
+    (each "might be corrupted"), finished conditions included, unless ``keep-incomplete`` is set, and with it
+    deletes nothing. profiles/slurm sets ``keep-incomplete`` and this executor deletes what core Snakemake would
+    delete for each failed job on its own, so a killed allocation leaves its finished conditions and the rerun
+    redoes exactly the others. (Snakemake's incomplete markers cannot tell: the outer run may set them after the
+    allocation started and finished its first jobs.)"""
+    text = allocation_log.read_text(errors="replace") if allocation_log and allocation_log.exists() else ""
+    finished = finished_outputs(text)
+    removed = []
+    for member in job.jobs if job.is_group() else [job]:
+        if all(str(f) in finished for f in member.output):
+            continue
+        for f in map(Path, member.output):
+            if f.is_dir() and not f.is_symlink():
+                shutil.rmtree(f)
+            elif f.exists() or f.is_symlink():
+                f.unlink()
+            else:
+                continue
+            removed.append(str(f))
+    if removed:
+        log.info(f"Removing output files of the unfinished jobs of failed job {job.jobid}: {', '.join(removed)}")
+    return removed
+
+
 class Executor(SlurmExecutor):
+    def report_job_error(self, job_info, msg=None, **kwargs) -> None:
+        allocation_log = (job_info.aux or {}).get("slurm_logfile")
+        remove_unfinished_outputs(job_info.job, Path(allocation_log) if allocation_log else None, self.logger)
+        super().report_job_error(job_info, msg, **kwargs)
+
     def additional_general_args(self) -> str:
         # The slurm plugin's "--executor slurm-jobstep --jobs 1" (one srun step per member) is replaced by the local
         # executor: the members run in this one process. `--executor local` is explicit so that a default profile
