@@ -7,17 +7,19 @@ Counts (from `snakemake all -n --forceall --profile <profile>`, every job of the
 - submissions through the profile: one per group job Snakemake forms (the profile's `groups` and
   `group-components`; the dry run lists each group job with its member jobs indented under it), plus one per
   other job that is not a local rule's.
-- model loads: the jobs of GPU rules (`gpu=1`: each loads its model). Snakemake runs the members of a SLURM group
-  job as processes of their own, so grouping does not change this count; one Snakemake process with
-  `--force-use-threads` (profiles/local, e.g. inside one allocation) loads each (model, revision) once per
-  concurrent job slot instead.
+- model loads: under `profiles/slurm` (the `wneurons-slurm` executor) a group job is one allocation whose jobs run
+  in threads of one Snakemake process with the model pool, one GPU job at a time: one load per allocation. With the
+  slurm plugin's group jobs (`--executor slurm`: every member an `srun` step, a process of its own) and without
+  groups, every job of a GPU rule (`gpu=1`) loads its model. One Snakemake process over the whole grid
+  (profiles/local) loads each (model, revision) once per concurrent job slot.
 
 GPU-hours: every GPU job's forward FLOPs (2 x parameters x tokens it runs, from the config's data sizes and the
 model's `params_b`; attention is left out, < 10% at these lengths for models >= 1B) at `--tflops` sustained
 (default 300: ~30% of an H200's dense bf16 peak, what batched inference of short sequences reaches); and what a job
 pays before its first forward: `--startup-s` of imports (default 10: measured ~10 s for torch + transformers on
 the CPU machine this was written on) plus loading the bf16 weights at `--load-gbps` (default 2: a parallel file
-system), once per job (a process per job: SLURM) or once per checkpoint (one process, profiles/local). All are
+system), once per job (a process per job: the slurm plugin's group jobs), once per allocation (profiles/slurm) or
+once per checkpoint (one process, profiles/local). All are
 stated assumptions, not measurements: perf/gpu_check.sh measures the real numbers on a GPU when one is available.
 """
 
@@ -61,6 +63,12 @@ def dry_run(config: str, profile: str) -> tuple[list[tuple[str, bool, dict[str, 
         elif current is not None and line.strip().startswith("wildcards: "):
             current[2] = dict(kv.split("=", 1) for kv in line.split(": ", 1)[1].split(", "))
     return [tuple(j) for j in jobs], groups
+
+
+def model_of_group(group: str, models: dict) -> str:
+    """The model of a group job named ``gpu-{model}-{revision}`` (profiles/slurm `groups`): the longest model name
+    the name starts with (model names contain dashes)."""
+    return max((m for m in models if group.startswith(f"gpu-{m}-")), key=len)
 
 
 def tokens_of(rule: str, config: dict, wildcards: dict[str, str]) -> float:
@@ -111,9 +119,11 @@ def main() -> None:
         f"SLURM submissions through the profile: {with_groups:,} ({len(group_jobs):,} group jobs + {ungrouped:,} "
         f"other jobs) = {(len(jobs) - 1) / with_groups:.1f}x fewer"
     )
+    allocations = Counter(model_of_group(g, config["models"]) for g in group_jobs)
     print(
-        f"model loads: one per GPU job ({sum(loads.values()):,}) under SLURM, grouped or not; "
-        f"{len(checkpoints):,} (model, revision) pairs x job slots in one process with --force-use-threads"
+        f"model loads: {len(group_jobs):,} through the profile (one per allocation: its GPU jobs share one process "
+        f"and one loaded model); {sum(loads.values()):,} with one process per GPU job (the slurm plugin's group "
+        f"jobs, or no groups); {len(checkpoints):,} (model, revision) pairs x job slots in one process over the grid"
     )
 
     def startup_and_load_h(model: str) -> float:
@@ -131,15 +141,19 @@ def main() -> None:
         f"\nGPU-hours at {args.tflops:g} TFLOP/s sustained; each process {args.startup_s:g} s of startup, loads at "
         f"{args.load_gbps:g} GB/s (bf16 weights):"
     )
-    print(f"{'model':<16}{'GPU jobs':>9}{'compute h':>11}{'startup+load per job h':>24}{'once per checkpoint h':>23}")
+    header = f"{'model':<16}{'GPU jobs':>9}{'allocations':>12}{'compute h':>11}"
+    print(header + f"{'startup+load per job h':>24}{'per allocation h':>18}{'once per checkpoint h':>23}")
     ckpts = Counter(m for m, _ in checkpoints)
-    total_once = 0.0
+    total_once = total_alloc = 0.0
     for model in sorted(loads):
         once = ckpts[model] * startup_and_load_h(model)
-        total_once += once
-        print(f"{model:<16}{loads[model]:>9,}{hours[model]:>11.1f}{per_job[model]:>24.1f}{once:>23.2f}")
+        per_alloc = allocations[model] * startup_and_load_h(model)
+        total_once, total_alloc = total_once + once, total_alloc + per_alloc
+        row = f"{model:<16}{loads[model]:>9,}{allocations[model]:>12,}{hours[model]:>11.1f}"
+        print(row + f"{per_job[model]:>24.1f}{per_alloc:>18.2f}{once:>23.2f}")
     total = sum(hours.values())
-    print(f"{'total':<16}{sum(loads.values()):>9,}{total:>11.1f}{sum(per_job.values()):>24.1f}{total_once:>23.2f}")
+    row = f"{'total':<16}{sum(loads.values()):>9,}{len(group_jobs):>12,}{total:>11.1f}"
+    print(row + f"{sum(per_job.values()):>24.1f}{total_alloc:>18.2f}{total_once:>23.2f}")
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ def test_job_logs_say_which_checkouts_loaded_and_count_loads_reads_them(tmp_path
                 pass
     counts = count_loads(sorted(tmp_path.glob("*.log")))
     assert counts == {
-        "('m1', 'main', 'float32')": {"loads": 2, "reuses": 1, "processes": 1},
-        "('m2', 'main', 'float32')": {"loads": 1, "reuses": 0, "processes": 1},
+        "('m1', 'main', 'float32')": {"loads": 2, "reuses": 1, "processes": 1, "max_per_process": 2},
+        "('m2', 'main', 'float32')": {"loads": 1, "reuses": 0, "processes": 1, "max_per_process": 1},
     }
     assert (pool.loads, pool.reuses) == (3, 1)

@@ -8,7 +8,10 @@
 # to $REFERENCE, so the SLURM run converts the model, collects the activations and scores everything itself; the fetched data
 # (resources/data: a checksummed copy, no computation) is kept. Checked: Snakemake succeeds within $TIMEOUT s;
 # every job of a GPU rule was submitted with --gpus=1 and SLURM recorded a gpu request for it, and no other job
-# asked for one; `python -m wneurons.report.compare` finds no difference; the activation shards are byte-identical.
+# asked for one; every checkpoint is one allocation (a group job of profiles/slurm, run by the wneurons-slurm
+# executor in one process), at least $SLURM_DEMO_MIN_CONCURRENT of them ran at the same time, and each paid one
+# model load (its concurrent job slots: one GPU job at a time), not one per job (perf/model_loads.py);
+# `python -m wneurons.report.compare` finds no difference; the activation shards are byte-identical.
 # The cluster is stopped (down.sh, by pid) on exit, whatever happened.
 #
 # Environment (defaults run the demo in the repository; the others let it run on the tiny test project):
@@ -17,6 +20,9 @@
 #   SLURM_DEMO_TARGETS    targets (other than `all`: results compared with --subset)  (default all)
 #   SLURM_DEMO_TIMEOUT    seconds before Snakemake is killed                          (default 3600)
 #   SLURM_DEMO_REFERENCE  where the local run is moved             (default $SLURM_DEMO_DIR/.snakemake/ci-local-run)
+#   SLURM_DEMO_MIN_CONCURRENT  allocations that must have run at the same time                       (default 2)
+#   SLURM_DEMO_OWN_CLUSTER     1: start the cluster (up.sh) and stop it on exit (down.sh); 0: use a running one
+#                              and leave it up                                                        (default 1)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -26,6 +32,8 @@ CONFIG=$(realpath "${SLURM_DEMO_CONFIG:-config/demo.yaml}")
 read -r -a TARGETS <<<"${SLURM_DEMO_TARGETS:-all}"
 TIMEOUT=${SLURM_DEMO_TIMEOUT:-3600}
 REFERENCE=${SLURM_DEMO_REFERENCE:-$WORKDIR/.snakemake/ci-local-run}
+MIN_CONCURRENT=${SLURM_DEMO_MIN_CONCURRENT:-2}
+OWN_CLUSTER=${SLURM_DEMO_OWN_CLUSTER:-1}
 PYTHON=$REPO/.venv/bin/python
 # Rules that declare `gpu=1`; every other rule must not ask for a GPU.
 mapfile -t GPU_RULES < <("$PYTHON" -m wneurons.experiment.rule_files --root "$REPO" "gpu=1,")
@@ -54,13 +62,16 @@ QUEUE_LOG=$WORKDIR/.snakemake/ci-slurm-squeue.log
 POLLER=""
 cleanup() {
   [ -n "$POLLER" ] && kill "$POLLER" 2>/dev/null
-  bash "$HERE/down.sh"
+  [ "$OWN_CLUSTER" = 1 ] && bash "$HERE/down.sh"
 }
 trap cleanup EXIT
-bash "$HERE/up.sh"
+[ "$OWN_CLUSTER" = 1 ] && bash "$HERE/up.sh"
 : >"$QUEUE_LOG"
+# One line per job and poll: poll time, id, name, state, gpu request, comment.
 (while sleep 2; do
-  timeout 10 squeue -h -t all -O JobID:16,Name:40,tres-per-job:32,Comment:1000 >>"$QUEUE_LOG" 2>/dev/null || true
+  now=$(date +%s)
+  timeout 10 squeue -h -t all -O JobID:16,Name:40,StateCompact:8,tres-per-job:32,Comment:1000 2>/dev/null |
+    sed "s/^/$now /" >>"$QUEUE_LOG" || true
 done) &
 POLLER=$!
 
@@ -77,11 +88,12 @@ grep -E '^(Finished jobid|Error in rule|.*steps \([0-9]+%\) done)' "$SLURM_LOG" 
 log "SLURM run finished in ${wall}s"
 
 # 4. GPU requests: Snakemake's sbatch calls, then SLURM's record of what it allocated.
-"$PYTHON" - "$SLURM_LOG" "$QUEUE_LOG" "${GPU_RULES[@]}" <<'PY'
+"$PYTHON" - "$SLURM_LOG" "$QUEUE_LOG" "$MIN_CONCURRENT" "${GPU_RULES[@]}" <<'PY'
 import re
 import sys
+from collections import defaultdict
 
-snakemake_log, queue_log, *gpu_rules = sys.argv[1:]
+snakemake_log, queue_log, min_concurrent, *gpu_rules = sys.argv[1:]
 text = open(snakemake_log).read()
 run_id = re.search(r"SLURM run ID: (\S+)", text).group(1)  # the plugin's job name for this run's jobs
 calls = [line for line in text.splitlines() if "sbatch call:" in line]
@@ -101,11 +113,13 @@ for call in calls:
     submitted.setdefault(rule, []).append(gpu)
     if gpu != wants_gpu(rule):
         problems.append(f"{rule}: sbatch call {'with' if gpu else 'without'} --gpus=1")
-allocated = {}
+allocated, running = {}, defaultdict(set)  # running: poll time -> group jobs running then
 for line in open(queue_log):
-    jobid, name, tres, comment = line.split(None, 3)
+    now, jobid, name, state, tres, comment = line.split(None, 5)
     if name == run_id:
         allocated[jobid] = (rule_of.search(comment).group(1), "gpu" in tres)
+        if state == "R" and allocated[jobid][0].startswith("gpu-"):
+            running[now].add(jobid)
 for rule, gpu in allocated.values():
     if gpu != wants_gpu(rule):
         problems.append(f"{rule}: SLURM job {'with' if gpu else 'without'} a gpu request")
@@ -114,13 +128,19 @@ for rule, flags in sorted(submitted.items()):
     print(f"  {rule}: {len(flags)} sbatch calls, {sum(flags)} with --gpus=1")
 print(f"  SLURM listed {len(allocated)} jobs, {sum(g for _, g in allocated.values())} requesting a gpu")
 groups = [r for r in submitted if r.startswith("gpu-")]
-print(f"  {len(calls)} sbatch calls, {len(groups)} of them group jobs")
+print(f"  {len(calls)} sbatch calls, {len(groups)} of them group jobs (one allocation per checkpoint)")
+most = max(map(len, running.values()), default=0)
+print(f"  at most {most} allocations ran at the same time")
+if most < int(min_concurrent):
+    problems.append(f"at most {most} allocations ran at once, fewer than {min_concurrent}")
 if not calls or not any(wants_gpu(r) for r in submitted) or len(allocated) < len(calls) or problems + missing:
-    sys.exit("GPU request check failed: " + "; ".join(problems + missing or ["no GPU job seen"]))
+    sys.exit("SLURM check failed: " + "; ".join(problems + missing or ["no GPU job seen"]))
 PY
 
-# Model loads: under SLURM each job, grouped or not, is a process of its own (an srun step inside a group job).
-"$PYTHON" "$REPO/perf/model_loads.py" "$WORKDIR/logs" || die "no job log records a model load"
+# Model loads: each allocation runs its checkpoint's jobs in threads of one process, one GPU job at a time, so it
+# pays one load (its concurrent job slots), whatever its number of jobs; its log's closing line says so.
+"$PYTHON" "$REPO/perf/model_loads.py" "$WORKDIR/logs" "$WORKDIR/.snakemake/slurm_logs" --max-loads-per-allocation 1 ||
+  die "an allocation paid more model loads than its job slots, or no allocation log records its loads"
 
 # 5. Same results as the local run.
 # A run of a few targets is compared file by file with the matching part of the full local run.

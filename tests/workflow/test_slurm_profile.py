@@ -63,12 +63,12 @@ def test_unknown_profile_key_is_rejected(tmp_path):
 
 
 def test_base_profile_settings(base_args):
-    assert base_args.executor == "slurm"
+    assert base_args.executor == "wneurons-slurm"
     assert base_args.jobs > 0
     assert base_args.retries == 2
     assert base_args.rerun_incomplete and base_args.keep_going and base_args.printshellcmds
     assert base_args.latency_wait > 0
-    assert base_args.slurm_init_seconds_before_status_checks > 0
+    assert base_args.wneurons_slurm_init_seconds_before_status_checks > 0
     assert {"mem_mb", "runtime"} <= set(base_args.default_resources)
     # The plugin turns `threads` into --cpus-per-task unless cpus_per_task is set, which would then
     # override every rule's threads.
@@ -97,9 +97,9 @@ def test_ci_overlay_matches_ci_cluster(ci_args):
     assert evaluate_default(ci_args, "slurm_partition", 1) == partition
     # No slurmdbd on the CI cluster: sacct would hang Snakemake, squeue works while finished jobs stay
     # visible, i.e. MinJobAge >= 3 x init seconds (below that the plugin falls back to sacct).
-    assert ci_args.slurm_status_command == "squeue"
+    assert ci_args.wneurons_slurm_status_command == "squeue"
     min_job_age = int(ci_script_setting("up.sh", r"^MinJobAge=(\d+)"))
-    assert 3 * ci_args.slurm_init_seconds_before_status_checks <= min_job_age
+    assert 3 * ci_args.wneurons_slurm_init_seconds_before_status_checks <= min_job_age
 
 
 @pytest.mark.parametrize("profile", [BASE, CI], ids=["slurm", "slurm-ci"])

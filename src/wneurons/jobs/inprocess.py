@@ -26,6 +26,26 @@ from pathlib import Path
 from types import CodeType, SimpleNamespace
 from typing import Any
 
+
+class JobCounter:
+    """Jobs this process ran through :func:`run_script` (``started``) and how many of them raised (``failed``):
+    what the closing line of a SLURM allocation reports (``snakemake_executor_plugin_wneurons_slurm.allocation``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.started = 0
+        self.failed = 0
+
+    def add(self, *, failed: bool = False) -> None:
+        with self._lock:
+            if failed:
+                self.failed += 1
+            else:
+                self.started += 1
+
+
+JOBS = JobCounter()
+
 _threads_cond = threading.Condition()
 _threads_current: int | None = None
 _threads_users = 0
@@ -64,7 +84,12 @@ def run_script(path: str | Path, **job: Any) -> None:
     path = str(Path(path).resolve())
     stat = Path(path).stat()
     namespace = {"__name__": "__wneurons_job__", "__file__": path, "snakemake": SimpleNamespace(**job)}
-    exec(_compiled(path, (stat.st_mtime_ns, stat.st_size)), namespace)
+    JOBS.add()
+    try:
+        exec(_compiled(path, (stat.st_mtime_ns, stat.st_size)), namespace)
+    except BaseException:
+        JOBS.add(failed=True)
+        raise
 
 
 def in_main_thread() -> bool:

@@ -62,7 +62,7 @@ class ModelPool:
         else:
             with self._lock:
                 self.reuses += 1
-            log.info("model %s reused from this process's pool (no load)", key)
+            log.info("model %s reused from this process's pool (no load; process %d)", key, os.getpid())
         yield value
         model = value[0]
         hooks = leftover_hooks(model)
@@ -84,12 +84,18 @@ class ModelPool:
 POOL = ModelPool()
 
 _LOADED = re.compile(r"model (?P<key>\(.*\)) loaded in [0-9.]+ s \(load [0-9]+ of process (?P<pid>[0-9]+)\)")
-_REUSED = re.compile(r"model (?P<key>\(.*\)) reused from this process's pool")
+_REUSED = re.compile(r"model (?P<key>\(.*\)) reused from this process's pool(?: \(no load; process (?P<pid>[0-9]+)\))?")
+# The closing line of a SLURM allocation (snakemake_executor_plugin_wneurons_slurm.allocation).
+_ALLOCATION = re.compile(
+    r"wneurons allocation (?P<jobid>\S+) \((?P<group>.*)\): (?P<jobs>[0-9]+) jobs ran in process (?P<pid>[0-9]+), "
+    r"(?P<failed>[0-9]+) failed; (?P<loads>[0-9]+) model loads, (?P<reuses>[0-9]+) reuses"
+)
 
 
 def count_loads(log_files: Iterable[str | os.PathLike]) -> dict[str, dict[str, int]]:
     """Loads and reuses per model key, read from job logs (the lines :meth:`ModelPool.checkout` writes), with the
-    number of distinct processes that loaded each: what a run really paid in model loads."""
+    number of distinct processes that loaded each and the most loads one process paid for it (``max_per_process``;
+    with jobs in threads of one process that is the number of concurrent jobs on the model, not its jobs)."""
     loads: dict[str, list[str]] = {}  # key -> pid of each load
     reuses: dict[str, int] = {}
     for path in log_files:
@@ -100,6 +106,24 @@ def count_loads(log_files: Iterable[str | os.PathLike]) -> dict[str, dict[str, i
                 elif m := _REUSED.search(line):
                     reuses[m["key"]] = reuses.get(m["key"], 0) + 1
     return {
-        key: {"loads": len(loads.get(key, ())), "reuses": reuses.get(key, 0), "processes": len(set(loads.get(key, ())))}
+        key: {
+            "loads": len(loads.get(key, ())),
+            "reuses": reuses.get(key, 0),
+            "processes": len(set(loads.get(key, ()))),
+            "max_per_process": max((loads[key].count(p) for p in set(loads.get(key, ()))), default=0),
+        }
         for key in loads.keys() | reuses.keys()
     }
+
+
+def count_allocations(log_files: Iterable[str | os.PathLike]) -> list[dict[str, int | str]]:
+    """The closing line of every SLURM allocation log among ``log_files``: its job id, group, jobs run (and failed)
+    and the model loads and reuses they paid, one dict per allocation in file order."""
+    rows = []
+    for path in log_files:
+        with open(path, errors="replace") as fh:
+            for line in fh:
+                if m := _ALLOCATION.search(line):
+                    row = m.groupdict()
+                    rows.append({k: v if k in ("jobid", "group") else int(v) for k, v in row.items()})
+    return rows
