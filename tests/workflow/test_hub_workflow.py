@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hub_server import HubServer, pointed_at
-from tiny_project import FILLER, NOUNS, PLURAL_VERBS, REPO, VERBS, make_tiny_project, snakemake, tiny_config
+from tiny_project import REPO, make_tiny_project, snakemake, tiny_config, word_tokenizer
 
 from wneurons.experiment import paths
 from wneurons.experiment.grid import BENCHMARKS
@@ -35,17 +35,10 @@ def save_pythia_revision(directory: Path, seed: int, weights: str = "safetensors
     """A tiny random GPT-NeoX (weights from ``seed``) with the tiny project's word-level tokenizer, saved like a
     Pythia revision: ``weights`` ``"safetensors"``, or ``"bin"`` (pytorch_model.bin only, as early Pythia steps)."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    specials = ["<pad>", "<s>", "</s>", "<unk>"]
-    words = sorted(set(NOUNS + VERBS + PLURAL_VERBS + FILLER + ["="]))
-    vocab = {tok: i for i, tok in enumerate(specials + words)}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
+    tokenizer = word_tokenizer()
+    vocab = tokenizer.get_vocab()
     config = GPTNeoXConfig(
         vocab_size=len(vocab),
         hidden_size=32,

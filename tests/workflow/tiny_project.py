@@ -78,18 +78,26 @@ def _wikitext(data_dir: Path) -> None:
         (data_dir / f"wiki.{split}.raw").write_text("".join(lines))
 
 
-def _model(model_dir: Path) -> None:
-    import torch
+def word_tokenizer():
+    """A word-level tokenizer over the tiny project's words (ids 0-3: pad, BOS, EOS, unk), for every tiny model."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<s>", "</s>", "<unk>"]
     vocab = {tok: i for i, tok in enumerate(specials + sorted(set(NOUNS + VERBS + PLURAL_VERBS + FILLER + ["="])))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
+
+
+def _model(model_dir: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fast = word_tokenizer()
+    vocab = fast.get_vocab()
     config = LlamaConfig(
         vocab_size=len(vocab),
         hidden_size=32,
