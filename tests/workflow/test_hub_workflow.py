@@ -20,7 +20,7 @@ from hub_server import HubServer, pointed_at
 from tiny_project import REPO, make_tiny_project, snakemake, tiny_config, word_tokenizer
 
 from wneurons.experiment import paths
-from wneurons.experiment.grid import BENCHMARKS
+from wneurons.experiment.grid import BENCHMARKS, CAPABILITY
 from wneurons.lm import hub
 
 pytestmark = pytest.mark.slow
@@ -133,7 +133,7 @@ def run_targets() -> list[str]:
     """Statistics and scoring of every revision, the training dynamics, the pruning of the checkpoints."""
     revisions = [FINAL, *CHECKPOINTS]
     out = [paths.neurons(MODEL, r) for r in revisions]
-    out += [paths.aggregate(MODEL, r, b) for r in revisions for b in BENCHMARKS]
+    out += [paths.aggregate(MODEL, r, b) for r in revisions for b in BENCHMARKS if b != CAPABILITY]  # no suite here
     out += [paths.emergence_table(MODEL), paths.emergence_summary(MODEL), paths.cosine_drift(MODEL)]
     return out + [paths.pruned_record(MODEL, r, STAGING) for r in CHECKPOINTS]
 

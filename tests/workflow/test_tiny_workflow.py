@@ -58,7 +58,9 @@ def test_all_results_written_with_provenance(tiny_run):
     search = json.loads((tiny_run / paths.matched_search(MODEL, MAIN, "all", "5")).read_text())
     gap = abs(ppl["all/matched/p5"]["scores"]["perplexity"] / ppl["all/wasserstein/p5"]["scores"]["perplexity"] - 1)
     assert ppl["all/matched/p5"]["matched_gap"] == pytest.approx(gap) == pytest.approx(search["relative_gap"])
-    assert ppl["all/matched/p5"]["matched_converged"] == search["converged"] == (gap <= 0.05)
+    # matched: within the perplexity tolerance as this file shows it, and the search's own verdict (which also
+    # needs the control's NLL increase within ablation.matched.nll_increase_tolerance of W's)
+    assert ppl["all/matched/p5"]["matched_converged"] == (search["converged"] and gap <= 0.05)
     assert (tiny_run / paths.neurons(MODEL, MAIN)).stat().st_size > 0
     for fig in (
         paths.figure("figure1"),

@@ -240,7 +240,9 @@ def mean_and_sem_by_field(trials: list[dict]) -> tuple[dict, dict]:
 
 def _check_matched_gaps(conditions: dict) -> None:
     """For each matched condition with a perplexity, the gap to its wasserstein condition as this file shows them
-    (``matched_gap``), checked against the search's tolerance (``matched_converged``); a miss is logged."""
+    (``matched_gap``), checked against the search's tolerance; ``matched_converged`` is that check and the search's
+    own verdict (which, with ``ablation.matched.nll_increase_tolerance``, also needs the control's NLL increase
+    within that fraction of W's); a miss is logged with its reason."""
     for key, summary in conditions.items():
         scope, selector, percent = parse_condition_key(key)
         target = conditions.get(condition_key(scope, "wasserstein", percent))
@@ -250,11 +252,14 @@ def _check_matched_gaps(conditions: dict) -> None:
         tolerance = summary["matched_search"]["tolerance"]
         summary["matched_gap"] = gap
         summary["matched_tolerance"] = tolerance
-        summary["matched_converged"] = gap <= tolerance
+        search_converged = summary["matched_search"].get("converged", True)
+        summary["matched_converged"] = gap <= tolerance and search_converged
         if gap > tolerance:
             log.warning(
                 "%s: perplexity gap to the wasserstein condition %.4f exceeds tolerance %.3f", key, gap, tolerance
             )
+        elif not search_converged:
+            log.warning("%s: the matched search did not converge (%s)", key, summary["matched_search"].get("reason"))
 
 
 def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: str, benchmark: str) -> dict:

@@ -32,6 +32,14 @@ def _sem(condition: dict | None, field: str) -> float:
     return 0.0 if sem is None else float(sem)
 
 
+def _nll_reason(search: dict) -> str:
+    """Why a search within its perplexity tolerance still did not match: the control's NLL increase."""
+    ratio = search.get("nll_increase_ratio")
+    if ratio is None:
+        return "W does not raise perplexity"
+    return f"NLL increase {ratio:.0%} of W's (tolerance {search.get('nll_increase_tolerance', 0):.0%})"
+
+
 def unmatched_controls(ppl: dict) -> dict[float, str]:
     """{percent: why} for every all-layer matched control of an aggregated ppl.json whose perplexity gap to the
     wasserstein condition exceeds the search's tolerance (or whose search stopped without converging)."""
@@ -41,7 +49,8 @@ def unmatched_controls(ppl: dict) -> dict[float, str]:
         gap = cond.get("matched_gap", search.get("relative_gap"))
         tolerance = cond.get("matched_tolerance", search.get("tolerance"))
         if not cond.get("matched_converged", search.get("converged", True)):
-            out[percent] = f"NOT MATCHED at {percent:g}%: gap {gap:.1%} > tolerance {tolerance:.1%}"
+            why = f"gap {gap:.1%} > tolerance {tolerance:.1%}" if gap > tolerance else _nll_reason(search)
+            out[percent] = f"NOT MATCHED at {percent:g}%: {why}"
     return out
 
 
