@@ -117,6 +117,18 @@ BAD = [
     (("data", "wikitext2", "archive_sha256"), "abc", "archive_sha256"),
     (("figures", "figure1", "model"), "gpt-9", "figures.figure1.model"),
     (("figures", "figure1", "layer"), 99, "figures.figure1.layer"),
+    # Keys that name a model name a configured one (issue 21: pos.model was a KeyError in an input function).
+    (("pos", "model"), "gpt-9", "pos.model: 'gpt-9' is not a configured model"),
+    (("figures", "figure5", "model"), "gpt-9", "figures.figure5.model: 'gpt-9' is not a configured model"),
+    (("figures", "figure6", "model"), "gpt-9", "figures.figure6.model"),
+    (("figures", "figure7", "model"), "gpt-9", "figures.figure7.model"),
+    (("training", "pair_models"), ["gpt-9"], "training.pair_models: 'gpt-9'"),
+    (("report", "explorer", "models"), ["gpt-9"], "report.explorer.models: 'gpt-9'"),
+    # A model with checkpoints is followed through training: every revision, the final one too, is step<N>.
+    ((*M, "checkpoints"), ["step1"], "models.smollm2-135m.final_revision: revision 'main' is not named step<N>"),
+    # Figure 5's layer from num_layers, its neuron from d_ff (without d_ff the case-study job checks the width).
+    (("figures", "figure5", "layer"), 30, "figures.figure5.layer: 30 but smollm2-135m has layers 0..29"),
+    (("figures", "figure5", "neuron"), 99999, "figures.figure5.neuron: 99999 but layer 1 of smollm2-135m has 1536"),
     (("models", "Bad Name"), {"family": "llama", "hub_id": "a/b", "num_layers": 2, "params_b": 1}, "models"),
     (("threads",), 4, "unknown key"),
 ]
@@ -162,6 +174,7 @@ def test_restricted_layers_refused_where_a_job_reads_other_layers(tmp_path):
     model["neuron_layers"]["final"] = [1]
     validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)  # figures 1 and 2a read layer 1 only
     model |= {"ablate": True, "checkpoints": ["step1"], "checkpoint_ablations": True, "neuron_layers": {}}
+    model["final_revision"] = "step2"  # training dynamics order the revisions by step
     cfg["neurons"]["layers"] = {"checkpoints": [1]}
     validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)  # checkpoints ablate the final revision's cohort
     cfg["ablation"]["checkpoint_selection"] = "own"
@@ -176,3 +189,22 @@ def test_matched_search_gets_an_nll_increase_tolerance(tmp_path):
     assert validate_config(cfg, SCHEMA, ROOT)["ablation"]["matched"]["nll_increase_tolerance"] == 0.1
     cfg["ablation"]["matched"]["nll_increase_tolerance"] = None  # the perplexity tolerance alone, as before
     assert validate_config(cfg, SCHEMA, ROOT)["ablation"]["matched"]["nll_increase_tolerance"] is None
+
+
+def test_figure5_neuron_is_checked_where_the_config_states_the_width(tmp_path):
+    cfg = with_local_data(demo_config(), tmp_path)
+    cfg["figures"]["figure5"]["neuron"] = 1535
+    validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)  # the last neuron of a 1,536-wide layer
+    del cfg["models"]["smollm2-135m"]["d_ff"]
+    cfg["figures"]["figure5"]["neuron"] = 99999
+    validate_config(cfg, SCHEMA, ROOT)  # the width is known from the model only: the case-study job checks it
+
+
+def test_the_gemma3_replication_config_validates(tmp_path):
+    cfg = with_local_data(yaml.safe_load((ROOT / "config/replication-gemma3.yaml").read_text()), tmp_path)
+    gguf = tmp_path / "gemma.gguf"  # written by `make gemma3`; the check only needs the path to exist
+    gguf.write_bytes(b"GGUF")
+    cfg["models"]["gemma3-270m"]["gguf_file"] = str(gguf)
+    out = validate_config(cfg, SCHEMA, ROOT)
+    assert out["models"]["gemma3-270m"]["family"] == "gemma3_text"
+    assert out["models"]["gemma3-270m"]["window_bos"] is None  # the family's default: a BOS per window

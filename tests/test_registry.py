@@ -215,3 +215,19 @@ def test_context_length_reads_the_text_config(tiny_model):
 def test_an_unknown_nonlinearity_is_named():
     with pytest.raises(ValueError, match="unknown nonlinearity 'wiggle'"):
         nonlinearity("wiggle")
+
+
+def test_gemma3_270m_as_its_gguf_converts_resolves_to_gate_proj_gelu_tanh_and_a_bos():
+    # The config transformers builds from gemma-3-270m-q4_k_m.gguf (config/replication-gemma3.yaml): the text-only
+    # model_type, gelu_pytorch_tanh under `hidden_activation`, the 262k vocabulary. No weights: the config decides.
+    from transformers import Gemma3TextConfig
+
+    config = Gemma3TextConfig(
+        vocab_size=262_144, hidden_size=640, intermediate_size=2048, num_hidden_layers=18, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=256, hidden_activation="gelu_pytorch_tanh", max_position_embeddings=32_768,
+    )  # fmt: skip
+    spec = family_spec(config)
+    assert (spec.model_type, spec.projection, spec.window_bos) == ("gemma3_text", "mlp.gate_proj", True)
+    assert spec.nonlinearity == "gelu_pytorch_tanh"
+    x = torch.linspace(-4, 4, 17)
+    torch.testing.assert_close(nonlinearity(spec.nonlinearity)(x), torch.nn.functional.gelu(x, approximate="tanh"))

@@ -3,6 +3,8 @@
 - A malformed config stops Snakemake with one line naming the key, before any job starts.
 - A truncated data file, a corrupted byte, or a checksum file that disagrees make the fetch job fail with a
   message naming the file, and leave no ``resources/data/<set>`` (not even a temporary one).
+- Figure 5's neuron beyond its layer's width, where only the model knows the width (no ``d_ff``), fails the
+  case-study job with one line naming the key, the model, the layer and the width.
 - A model whose activations overflow to inf / NaN makes collect_activations fail naming the model and the layer,
   and leaves no shard folder.
 (tests/test_config.py checks the same validation at function level; this checks what a user of the workflow sees.)
@@ -47,6 +49,8 @@ BAD_CONFIGS = [
     (("ablation", "random_trials"), 0, "ablation.random_trials"),
     (("ablation", "mode"), "sideways", "ablation.mode"),
     (("figures", "figure1", "layer"), 9, "figures.figure1.layer"),
+    (("pos",), {"model": "gpt-9"}, "pos.model: 'gpt-9' is not a configured model"),
+    ((*MODEL, "checkpoints"), ["step1"], "models.tiny-llama.final_revision: revision 'main' is not named step<N>"),
     (("threads",), 4, "unknown key under <top level>"),
 ]
 
@@ -147,3 +151,18 @@ def test_inf_weights_fail_collection_naming_model_and_layer(tmp_path):
     log = (root / paths.log_file("collect_activations", "tiny-llama/main")).read_text()
     assert f"tiny-llama: layer {layer} pre-activations contain NaN or inf" in log, log
     assert list(root.glob(paths.shards("tiny-llama", "*"))) == []
+
+
+def test_figure5_neuron_beyond_the_layer_fails_the_case_study_naming_key_model_layer_and_width(tmp_path):
+    root = tmp_path / "figure5"
+    config_path = make_tiny_project(root)
+    config = yaml.safe_load(config_path.read_text())  # no d_ff: the width is known from the model only
+    config["figures"]["figure5"] = {"model": "tiny-llama", "layer": 1, "neuron": 99999, "seeds": 2, "bins": 10}
+    config["pairs"] = {"tokens": 64, "max_tokens": 256, "top_k": [3]}
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    target = paths.case_study_robustness("tiny-llama", "main")
+    proc = snakemake(root, "--cores", "2", target, check=False, timeout=600)
+    assert proc.returncode != 0
+    log = (root / paths.log_file("case_study", "tiny-llama/main")).read_text()
+    assert "figures.figure5.neuron: 99999 but layer 1 of tiny-llama has 64 neurons (0..63)" in log, log
+    assert not (root / target).exists()

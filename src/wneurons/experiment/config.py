@@ -145,6 +145,7 @@ def _check_semantics(config: dict, workdir: Path) -> None:
             )
         if suite and suite["train"] is None:
             continue  # a suite on disk: its revisions are read (and checked) by wneurons.core.dynamics
+        _check_step_revisions(name, spec)
         if spec["checkpoint_ablations"] and not spec["checkpoints"]:
             raise ConfigError(f"config: models.{name}.checkpoint_ablations: true but checkpoints is empty")
         listed = spec["checkpoint_ablations"]
@@ -168,6 +169,7 @@ def _check_semantics(config: dict, workdir: Path) -> None:
         if dspec.get("url", "") and dspec["url"].endswith(".zip") and not dspec.get("archive_sha256"):
             raise ConfigError(f"config: data.{dname}.archive_sha256: required when url is a .zip archive")
     neurons = config["neurons"]
+    _check_model_references(config)
     _check_layers(config)
     if 2 * neurons["md_pairs"] > neurons["md_tokens"]:
         raise ConfigError(
@@ -184,6 +186,7 @@ def _check_semantics(config: dict, workdir: Path) -> None:
             f"config: figures.figure1.layer: {fig1['layer']} but {fig_model} has "
             f"{models[fig_model]['num_layers']} layers"
         )
+    _check_figure5_neuron(config)
     min_layers = min(spec["num_layers"] for spec in models.values())
     if config["figures"]["figure2a_layer"] >= min_layers:
         raise ConfigError(
@@ -237,6 +240,8 @@ def _check_layers(config: dict) -> None:
     if figures["figure1"]["contrast"]:
         needs.append((figures["figure1"]["contrast"], figures["figure1"]["layer"], "figures.figure1.layer"))
     needs += [(name, figures["figure2a_layer"], "figures.figure2a_layer") for name in models]
+    if figures["figure5"]["model"]:
+        needs.append((figures["figure5"]["model"], figures["figure5"]["layer"], "figures.figure5.layer"))
     for name, layer, key in needs:
         if name not in models:
             continue  # reported by the figure checks
@@ -245,3 +250,60 @@ def _check_layers(config: dict) -> None:
             raise ConfigError(
                 f"config: {key}: layer {layer} of {name} is not collected (neurons.layers.final is {layers})"
             )
+
+
+# Keys that name a configured model: (key, its value; a list for the keys that take several).
+def _model_references(config: dict) -> list[tuple[str, Any]]:
+    figures = config["figures"]
+    return [
+        *((f"figures.{fig}.model", figures[fig]["model"]) for fig in ("figure5", "figure6", "figure7")),
+        ("pos.model", config["pos"]["model"]),
+        ("training.pair_models", config["training"]["pair_models"]),
+        ("report.explorer.models", config["report"]["explorer"]["models"]),
+    ]
+
+
+def _check_model_references(config: dict) -> None:
+    """Every key that names a model names a configured one (else an input function's KeyError, mid-parse)."""
+    models = config["models"]
+    for key, value in _model_references(config):
+        for name in value if isinstance(value, list) else [value]:
+            if name is not None and name not in models:
+                raise ConfigError(f"config: {key}: {name!r} is not a configured model (models: {', '.join(models)})")
+
+
+def _check_step_revisions(name: str, spec: dict) -> None:
+    """A model with checkpoints is followed through training (wneurons.core.dynamics), which orders its revisions
+    by step: each must be named step<N>, the final one included (its default, main, is not)."""
+    from wneurons.store.checkpoints import STEP_REVISION
+
+    if not spec["checkpoints"]:
+        return
+    keys = [("final_revision", spec["final_revision"])]
+    keys += [(key, r) for key in ("checkpoints", "weight_checkpoints") for r in spec[key]]
+    for key, revision in keys:
+        if not STEP_REVISION.match(revision):
+            hint = " (give the final step, e.g. final_revision: step143000)" if key == "final_revision" else ""
+            raise ConfigError(
+                f"config: models.{name}.{key}: revision {revision!r} is not named step<N>, and a model with "
+                f"checkpoints is followed through training, which needs the step of every revision{hint}"
+            )
+
+
+def _check_figure5_neuron(config: dict) -> None:
+    """Figure 5's neuron and layer exist in its model. The layer count is in the config; the width is where the
+    config states it (``d_ff``), else known only from the model: the case-study job checks it there
+    (``wneurons.jobs.analyses.case_study_job``), as it checks every width against the model's neuron table."""
+    fig = config["figures"]["figure5"]
+    spec = config["models"].get(fig["model"]) if fig["model"] else None
+    if spec is None:
+        return
+    if fig["layer"] >= spec["num_layers"]:
+        raise ConfigError(
+            f"config: figures.figure5.layer: {fig['layer']} but {fig['model']} has layers 0..{spec['num_layers'] - 1}"
+        )
+    if fig["neuron"] is not None and spec.get("d_ff") and fig["neuron"] >= spec["d_ff"]:
+        raise ConfigError(
+            f"config: figures.figure5.neuron: {fig['neuron']} but layer {fig['layer']} of {fig['model']} has "
+            f"{spec['d_ff']} neurons (models.{fig['model']}.d_ff: 0..{spec['d_ff'] - 1})"
+        )

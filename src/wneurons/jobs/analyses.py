@@ -256,6 +256,13 @@ def case_study_job(inputs: dict, outputs: dict, params: dict) -> dict:
     layer = params["layer"]
     stats = pl.read_parquet(inputs["neurons"], columns=["layer", "neuron", "wd"]).filter(pl.col("layer") == layer)
     ranked = stats.sort("wd", descending=True, nulls_last=True)["neuron"].to_list()
+    if params["neuron"] is not None and params["neuron"] >= stats.height:
+        # The width is known from the model only (the config validation checks it where models.<m>.d_ff states it).
+        model = io.read_parquet_metadata(inputs["neurons"]).get("model")
+        raise ValueError(
+            f"figures.figure5.neuron: {params['neuron']} but layer {layer} of {model} has {stats.height} neurons "
+            f"(0..{stats.height - 1})"
+        )
     neuron = ranked[0] if params["neuron"] is None else params["neuron"]
     x, y_all = sample.load_sample_layer(inputs["sample"], layer)
     y = y_all[:, neuron]

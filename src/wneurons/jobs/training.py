@@ -48,8 +48,6 @@ def weight_rows_job(spec: dict, layer: int, rows_path: str, record_path: str) ->
     from wneurons.lm.registry import family_spec
     from wneurons.store import checkpoints
 
-    family = family_spec(spec["family"])
-    candidates = [checkpoints.weight_tensor_name(path, family.projection, layer) for path in family.layers_paths]
     manifest = staged_manifest_of(spec)
     if manifest is not None:
         directory = Path(spec[STAGED])
@@ -61,6 +59,9 @@ def weight_rows_job(spec: dict, layer: int, rows_path: str, record_path: str) ->
         directory = Path(location)
         files = checkpoints.checkpoint_weight_files(directory)
         weights_sha256, names = io.sha256_files(files), [f.name for f in files]
+    # No model is loaded here: without a configured family, the checkpoint's own config.json names it.
+    family = family_spec(spec["family"] or io.read_json(directory / "config.json")["model_type"])
+    candidates = [checkpoints.weight_tensor_name(path, family.projection, layer) for path in family.layers_paths]
     tensor, rows = checkpoints.read_weight_rows(directory, candidates, transpose=family.conv1d)
     record = {
         "revision": spec["revision"],
