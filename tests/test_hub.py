@@ -19,6 +19,7 @@ from wneurons.core.dynamics import CheckpointIntegrityError
 from wneurons.lm import hub
 from wneurons.lm.models import load_model, load_staged
 from wneurons.store.io import sha256_files
+from wneurons.store.staged import MANIFEST, StagingError, is_staged, prune, read_manifest, verify_staged
 
 SEEDS = {"step0": 0, "step1000": 1, "main": 2}
 GRANTED = "hf_granted_secret_0123456789"  # a gated repo's authorized token (never to be printed)
@@ -115,7 +116,7 @@ def test_stage_then_load_with_the_hub_stopped(server, tmp_path, cut_network, rep
     manifest = hub.stage(repo, revision, out)
     commit = server.repos[repo].branches[revision]
     assert manifest["commit"] == commit
-    assert hub.read_manifest(out) == manifest
+    assert read_manifest(out) == manifest
     if weights is None:  # sharded: the index first, then its shards
         index = json.loads(server.file(repo, revision, "model.safetensors.index.json"))
         weights = sorted(set(index["weight_map"].values()))
@@ -125,7 +126,7 @@ def test_stage_then_load_with_the_hub_stopped(server, tmp_path, cut_network, rep
     # The weight digest is store.io.sha256_files' over the files on disk, as weight_rows records it today.
     assert manifest["weights_sha256"] == sha256_files([out / n for n in weights])
     # Exactly what a load needs, and every file's recorded sha256 is the server's.
-    assert _staged_files(out) == sorted([hub.MANIFEST, *manifest["files"]])
+    assert _staged_files(out) == sorted([MANIFEST, *manifest["files"]])
     assert "pytorch_model.bin" not in manifest["files"] or weights == ["pytorch_model.bin"]
     for name, record in manifest["files"].items():
         assert record["sha256"] == hashlib.sha256(server.file(repo, revision, name)).hexdigest(), name
@@ -164,7 +165,7 @@ def test_a_dropped_transfer_leaves_nothing_that_looks_staged_and_a_rerun_fetches
     with pytest.raises(Exception, match="(?i)peer closed|incomplete|connection"):
         hub.stage("tiny/neox", "step1000", out)
     assert not out.exists()
-    assert not list(tmp_path.rglob(hub.MANIFEST))
+    assert not list(tmp_path.rglob(MANIFEST))
     # No partial weight file anywhere (the library's lock file holds no data).
     partial = [p for p in tmp_path.rglob("*model.safetensors*") if p.is_file() and p.suffix != ".lock"]
     assert partial == []
@@ -188,13 +189,13 @@ def test_a_transfer_dropped_once_resumes_with_a_range_request(server, tmp_path):
 
 def test_a_file_that_differs_from_the_hubs_metadata_is_refused(server, tmp_path):
     server.corrupt("tiny/neox", "step0", "model.safetensors")
-    with pytest.raises(hub.StagingError, match="model.safetensors sha256 .* differs from the hub's"):
+    with pytest.raises(StagingError, match="model.safetensors sha256 .* differs from the hub's"):
         hub.stage("tiny/neox", "step0", tmp_path / "staged")
     assert not (tmp_path / "staged").exists()
     server.clear_failures()  # the bad file was not kept: the next attempt fetches it again, and succeeds
     assert hub.stage("tiny/neox", "step0", tmp_path / "staged")["commit"]
     server.corrupt("tiny/neox", "step0", "config.json")
-    with pytest.raises(hub.StagingError, match="config.json git blob .* differs"):
+    with pytest.raises(StagingError, match="config.json git blob .* differs"):
         hub.stage("tiny/neox", "step0", tmp_path / "other")
     assert not (tmp_path / "other").exists()
 
@@ -209,7 +210,7 @@ def test_a_gated_repo_stages_with_a_granted_token_which_never_leaves_the_hub_nor
 
 
 def test_stage_refuses_files_the_revision_lacks(server, tmp_path):
-    with pytest.raises(hub.StagingError, match="has no model.safetensors"):
+    with pytest.raises(StagingError, match="has no model.safetensors"):
         hub.stage("tiny/neox-bin", "step0", tmp_path / "staged", files=["config.json", "model.safetensors"])
 
 
@@ -270,16 +271,16 @@ def test_weight_files_prefers_safetensors_and_follows_the_shard_index():
     sharded = ["model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     assert hub.weight_files([*sharded, "pytorch_model.bin"], lambda name: index) == sharded  # index, then shards
     assert hub.weight_files(["pytorch_model.bin", "config.json"], lambda name: index) == ["pytorch_model.bin"]
-    with pytest.raises(hub.StagingError, match="names shards the revision does not have: model-00002"):
+    with pytest.raises(StagingError, match="names shards the revision does not have: model-00002"):
         hub.weight_files(sharded[:2], lambda name: index)
-    with pytest.raises(hub.StagingError, match="no weights"):
+    with pytest.raises(StagingError, match="no weights"):
         hub.weight_files(["config.json", "consolidated.safetensors"], lambda name: index)
 
 
 def test_preflight_has_nothing_to_ask_when_everything_is_staged(server, tmp_path):
     hub.stage("tiny/neox", "step0", tmp_path / "step0")
-    assert hub.is_staged(tmp_path / "step0", "tiny/neox", "step0")
-    assert not hub.is_staged(tmp_path / "step0", "tiny/neox", "main")
+    assert is_staged(tmp_path / "step0", "tiny/neox", "step0")
+    assert not is_staged(tmp_path / "step0", "tiny/neox", "main")
     server.stop()
     assert hub.preflight([]) == []
 
@@ -288,18 +289,18 @@ def test_preflight_has_nothing_to_ask_when_everything_is_staged(server, tmp_path
 def test_prune_removes_the_weights_keeps_the_manifest_and_loading_then_refuses(server, tmp_path):
     out = tmp_path / "staged"
     staged = hub.stage("tiny/neox-sharded", "main", out)
-    mtimes = [p.stat().st_mtime_ns for p in (out, out / hub.MANIFEST)]
-    pruned = hub.prune(out)
-    assert [p.stat().st_mtime_ns for p in (out, out / hub.MANIFEST)] == mtimes  # Snakemake sees no newer input
+    mtimes = [p.stat().st_mtime_ns for p in (out, out / MANIFEST)]
+    pruned = prune(out)
+    assert [p.stat().st_mtime_ns for p in (out, out / MANIFEST)] == mtimes  # Snakemake sees no newer input
     assert pruned["pruned"] is True
     assert pruned["weights_sha256"] == staged["weights_sha256"]
     assert pruned["pruned_bytes"] == sum(staged["files"][n]["size"] for n in pruned["pruned_files"])
     left = _staged_files(out)
     assert not any(n.endswith((".safetensors", ".index.json")) for n in left)
-    assert "config.json" in left and hub.MANIFEST in left
-    assert hub.prune(out) == pruned  # idempotent
-    assert hub.verify_staged(out, weights=False)["pruned"] is True
-    with pytest.raises(hub.StagingError, match="pruned"):
+    assert "config.json" in left and MANIFEST in left
+    assert prune(out) == pruned  # idempotent
+    assert verify_staged(out, weights=False)["pruned"] is True
+    with pytest.raises(StagingError, match="pruned"):
         load_staged(out)
 
 
@@ -308,7 +309,7 @@ def test_the_integrity_gate_names_a_step_equal_to_main_or_drops_it_on_record(ser
     for revision in ("step0", "step1000", "main"):
         hub.stage("tiny/neox-dup", revision, tmp_path / revision)
         staged[revision] = tmp_path / revision
-    hub.prune(staged["step0"])  # a pruned revision still has its digest
+    prune(staged["step0"])  # a pruned revision still has its digest
     with pytest.raises(CheckpointIntegrityError, match="checkpoints main, step1000 equal the final revision"):
         hub.staged_integrity(staged, "main")
     record = hub.staged_integrity(staged, "main", mode="drop", out_path=tmp_path / "integrity.json")
@@ -320,7 +321,7 @@ def test_the_integrity_gate_names_a_step_equal_to_main_or_drops_it_on_record(ser
 
 
 def test_loading_an_unstaged_directory_says_to_stage_it(tmp_path):
-    with pytest.raises(hub.StagingError, match="not staged"):
+    with pytest.raises(StagingError, match="not staged"):
         load_staged(tmp_path)
 
 
@@ -354,8 +355,8 @@ def _paper_config(tmp_path) -> dict:
 def test_the_path_table_spells_the_manifest_as_staging_writes_it():
     from wneurons.experiment import paths
 
-    assert paths.STAGED_MANIFEST == hub.MANIFEST
-    assert paths.staged_manifest("m", "step0") == f"{paths.STAGED}/m/step0/{hub.MANIFEST}"
+    assert paths.STAGED_MANIFEST == MANIFEST
+    assert paths.staged_manifest("m", "step0") == f"{paths.STAGED}/m/step0/{MANIFEST}"
     assert paths.staged_dir("m", "step0", "/scratch/hub") == "/scratch/hub/m/step0"
     assert paths.pruned_record("m", "step0", "/scratch/hub") == "/scratch/hub/m/step0.pruned.json"
 

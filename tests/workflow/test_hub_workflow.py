@@ -21,7 +21,7 @@ from tiny_project import REPO, make_tiny_project, snakemake, tiny_config, word_t
 
 from wneurons.experiment import paths
 from wneurons.experiment.grid import BENCHMARKS, CAPABILITY
-from wneurons.lm import hub
+from wneurons.store.staged import read_manifest, verify_staged
 
 pytestmark = pytest.mark.slow
 
@@ -206,14 +206,14 @@ def test_checkpoint_weights_are_pruned_once_read_and_the_final_revision_kept(hub
     root = hub_run["root"]
     for revision in CHECKPOINTS:
         directory = root / paths.staged_dir(MODEL, revision, STAGING)
-        manifest = hub.read_manifest(directory)
+        manifest = read_manifest(directory)
         assert manifest["pruned"] and manifest["pruned_bytes"] > 0
         assert not [n for n in manifest["weight_files"] if (directory / n).exists()]
         assert (directory / "tokenizer.json").is_file()  # the tokenizer stays
         record = json.loads((root / paths.pruned_record(MODEL, revision, STAGING)).read_text())
         assert record["revision"] == revision and record["pruned_files"] == manifest["pruned_files"]
     final = root / paths.staged_dir(MODEL, FINAL, STAGING)
-    assert hub.verify_staged(final)["pruned"] is False
+    assert verify_staged(final)["pruned"] is False
     assert not (root / paths.pruned_record(MODEL, FINAL, STAGING)).exists()
     # Pruning left every output up to date: nothing to rerun.
     assert "Nothing to be done" in snakemake(root, "-n", *run_targets()).stdout

@@ -9,6 +9,7 @@ workflow's working directory.
 from __future__ import annotations
 
 from wneurons.experiment.grid import BENCHMARK_DATASETS, Condition
+from wneurons.store.staged import MANIFEST
 
 RESULTS = "results"
 RESOURCES = "resources"
@@ -19,7 +20,7 @@ DATA = f"{RESOURCES}/data"
 ACTIVATIONS = f"{RESOURCES}/activations"
 KEPT_ACTIVATIONS = f"{RESOURCES}/kept-activations"
 STAGED = f"{RESOURCES}/hub"  # the default of hub.staging_dir: staged hub revisions
-STAGED_MANIFEST = "STAGED.json"  # wneurons.lm.hub.MANIFEST: written last, so a directory with one is complete
+STAGED_MANIFEST = MANIFEST  # written last by staging, so a directory with one is complete
 
 
 # ---------------------------------------------------------------- logs and benchmark tables of the rules

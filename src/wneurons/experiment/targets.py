@@ -137,7 +137,7 @@ def weight_readers(config: dict, model: str, revision: str) -> list[str]:
 
 
 def pruned_revisions(config: dict, model: str) -> list[str]:
-    """The staged revisions of a hub model whose weights are removed once read (``hub.prune``): every one but the
+    """The staged revisions of a hub model whose weights are removed once read (config ``hub.prune``): every one but the
     final revision (``checkpoints``), all, or none."""
     prune = config["hub"]["prune"]
     if prune == "none" or model not in hub_models(config):

@@ -71,7 +71,7 @@ def staged_manifest_of(spec: dict, weights: bool = True) -> dict | None:
     """The manifest of a hub model's staged revision after checking that it stages this spec's hub id and revision
     and that its files are there (``weights`` False: tokenizer and config only, the weights may be pruned); None for
     a spec without a staged directory (local models)."""
-    from wneurons.lm.hub import StagingError, verify_staged
+    from wneurons.store.staged import StagingError, verify_staged
 
     if STAGED not in spec:
         return None
@@ -143,7 +143,7 @@ def model_provenance(spec: dict, model=None) -> dict:
     """Model name, family (the loaded model's ``model_type`` when given the model, else the entry's), revision,
     source; for a staged hub revision the commit it resolved to and its weight digest (from the manifest, which
     pruning keeps); the conversion record of converted models (their directory's ``SOURCE.json``)."""
-    from wneurons.lm.hub import staged_provenance
+    from wneurons.store.staged import staged_provenance
 
     source, location, _ = model_location(spec)
     family = model.config.model_type if model is not None else spec.get("family")

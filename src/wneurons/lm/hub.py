@@ -9,8 +9,7 @@ writes :data:`MANIFEST` there last. Jobs then load that directory with the hub t
 - :func:`preflight`, before any job is submitted: one line per problem (gated, missing revision, no such repo,
   hub unreachable), in seconds: short timeouts and no retry loop (the library's own retries take 48 s when the
   hub is unreachable). The token is sent to the hub only, never printed.
-- :func:`prune` removes a checkpoint revision's staged weights once every job reading them has finished; the
-  manifest stays (its digests still feed the integrity gate) and says it was pruned.
+- what a staged directory holds and how it is read, verified and pruned is :mod:`wneurons.store.staged`.
 - :func:`staged_integrity`, the training-dynamics gate over staged manifests: two revisions with identical
   weights (or a step equal to the final revision, e.g. ``main``) is an error naming both, or, with
   ``mode="drop"``, a recorded drop.
@@ -42,30 +41,22 @@ from urllib.parse import urlsplit
 
 from wneurons import __version__
 from wneurons.store import io
+from wneurons.store.staged import MANIFEST, MANIFEST_FORMAT, StagingError, read_manifest
 
 __all__ = [
     "CONFIG_FILES",
-    "MANIFEST",
     "PREFLIGHT_TIMEOUT",
     "TOKENIZER_FILES",
     "HubRevision",
-    "StagingError",
-    "is_staged",
     "preflight",
-    "prune",
-    "read_manifest",
     "stage",
     "staged_integrity",
-    "staged_provenance",
     "turn_off_hub",
-    "verify_staged",
     "weight_files",
 ]
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "STAGED.json"
-MANIFEST_FORMAT = 1
 # What a model load reads besides its weights (each fetched when the revision has it; config.json is required).
 CONFIG_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = (
@@ -88,11 +79,6 @@ WEIGHT_LAYOUTS = (
 PREFLIGHT_TIMEOUT = 5.0
 _STEP = re.compile(r"^step(\d+)$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
-
-
-class StagingError(RuntimeError):
-    """A revision cannot be staged as asked, a staged file differs from the hub's metadata, or a staged directory
-    is missing, incomplete or pruned."""
 
 
 class HubRevision(NamedTuple):
@@ -265,84 +251,6 @@ def _keep_only(directory: Path, names: Collection[str]) -> None:
                 path.rmdir()
         elif path not in keep:
             path.unlink()
-
-
-def read_manifest(staged_dir: str | os.PathLike) -> dict[str, Any]:
-    """The manifest of a staged directory; a StagingError saying how to stage it when there is none."""
-    path = Path(staged_dir) / MANIFEST
-    if not path.is_file():
-        raise StagingError(f"{staged_dir} is not staged (no {MANIFEST}): stage it first, where the hub is reachable")
-    return io.read_json(path)
-
-
-def is_staged(staged_dir: str | os.PathLike, repo_id: str, revision: str) -> bool:
-    """Whether ``staged_dir`` holds a staging of ``repo_id`` at ``revision`` (pruned or not)."""
-    path = Path(staged_dir) / MANIFEST
-    if not path.is_file():
-        return False
-    manifest = io.read_json(path)
-    return manifest.get("repo_id") == repo_id and manifest.get("revision") == revision
-
-
-def verify_staged(staged_dir: str | os.PathLike, *, weights: bool = True) -> dict[str, Any]:
-    """The manifest of a staged directory after checking that every file it lists is there with its recorded
-    size (``weights`` False: the weight files may have been pruned). Digests are not recomputed: staging
-    verified them, and rereading gigabytes of weights on every load would cost more than the load."""
-    manifest = read_manifest(staged_dir)
-    where = f"{staged_dir} ({manifest['repo_id']}@{manifest['revision']})"
-    if manifest["pruned"] and weights:
-        raise StagingError(f"{where}: its weights were pruned; stage it again to read them")
-    pruned = set(manifest["pruned_files"]) if manifest["pruned"] else set()
-    for name, record in manifest["files"].items():
-        if name in pruned:
-            continue
-        path = Path(staged_dir) / name
-        if not path.is_file() or path.stat().st_size != record["size"]:
-            raise StagingError(f"{where}: {name} is missing or not {record['size']} bytes; stage it again")
-    return manifest
-
-
-def staged_provenance(staged_dir: str | os.PathLike) -> dict[str, Any]:
-    """What a result records about a staged model: hub id, revision, the commit it resolved to, weight digest."""
-    manifest = read_manifest(staged_dir)
-    return {
-        "hub_id": manifest["repo_id"],
-        "revision": manifest["revision"],
-        "commit": manifest["commit"],
-        "weights_sha256": manifest["weights_sha256"],
-    }
-
-
-def prune(staged_dir: str | os.PathLike, out_path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Remove a staged revision's weight files (the shard index too); the manifest stays, says ``pruned`` and
-    keeps every digest. Idempotent. Returns the updated manifest, with ``pruned_bytes``; ``out_path``: where to
-    record what was removed (the workflow's marker: hub id, revision, commit, files, bytes).
-
-    The manifest's and the directory's modification times are left as they were: Snakemake reruns the jobs
-    whose inputs are newer than their outputs, and those jobs are exactly the ones that can no longer run."""
-    directory = Path(staged_dir)
-    manifest = read_manifest(directory)
-    times = {p: p.stat() for p in (directory / MANIFEST, directory)}
-    removed = [*manifest["weight_files"], *(n for n in manifest["files"] if n.endswith(".index.json"))]
-    if not manifest["pruned"]:
-        manifest = {**manifest, "pruned": True, "pruned_files": removed}
-        manifest["pruned_bytes"] = sum(manifest["files"][n]["size"] for n in removed)
-        io.write_json(directory / MANIFEST, manifest)  # first: killed halfway, the directory already says pruned
-    for name in manifest["pruned_files"]:
-        (directory / name).unlink(missing_ok=True)
-    for path, st in times.items():
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    log.info(
-        "pruned %s@%s: %d files, %d bytes",
-        manifest["repo_id"],
-        manifest["revision"],
-        len(manifest["pruned_files"]),
-        manifest["pruned_bytes"],
-    )
-    if out_path is not None:
-        keys = ("repo_id", "revision", "commit", "pruned_files", "pruned_bytes")
-        io.write_json(out_path, {k: manifest[k] for k in keys} | {"staged_dir": str(directory)})
-    return manifest
 
 
 # ---------------------------------------------------------------- the integrity gate

@@ -97,8 +97,8 @@ def load_staged(
     """Load ``(model, tokenizer, provenance)`` from a staged hub revision (:func:`wneurons.lm.hub.stage`) with the
     hub turned off: every file is read locally (``local_files_only``), no connection is opened. The manifest is
     checked first (a missing, incomplete or pruned staging is a StagingError); ``provenance`` is
-    :func:`wneurons.lm.hub.staged_provenance` (hub id, revision, the commit it resolved to, weight digest)."""
-    from wneurons.lm.hub import staged_provenance, verify_staged
+    :func:`wneurons.store.staged.staged_provenance` (hub id, revision, the commit it resolved to, weight digest)."""
+    from wneurons.store.staged import staged_provenance, verify_staged
 
     verify_staged(staged_dir)
     with LOADING:
