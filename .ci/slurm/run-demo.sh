@@ -60,12 +60,13 @@ log "local run moved to $REFERENCE"
 SLURM_LOG=$WORKDIR/.snakemake/ci-slurm-run.log
 QUEUE_LOG=$WORKDIR/.snakemake/ci-slurm-squeue.log
 POLLER=""
+# `if`, not `&&`: under set -e a false test as the trap's last command would become the script's exit status.
 cleanup() {
-  [ -n "$POLLER" ] && kill "$POLLER" 2>/dev/null
-  [ "$OWN_CLUSTER" = 1 ] && bash "$HERE/down.sh"
+  if [ -n "$POLLER" ]; then kill "$POLLER" 2>/dev/null || true; fi
+  if [ "$OWN_CLUSTER" = 1 ]; then bash "$HERE/down.sh"; fi
 }
 trap cleanup EXIT
-[ "$OWN_CLUSTER" = 1 ] && bash "$HERE/up.sh"
+if [ "$OWN_CLUSTER" = 1 ]; then bash "$HERE/up.sh"; fi
 : >"$QUEUE_LOG"
 # One line per job and poll: poll time, id, name, state, gpu request, comment.
 (while sleep 2; do

@@ -81,6 +81,9 @@ def run_script(path: str | Path, **job: Any) -> None:
     """Execute the workflow script ``path`` in this process with ``snakemake`` bound to a namespace of ``job``'s
     fields (``input``, ``output``, ``params``, ``wildcards``, ``threads``, ``log``, ``config``): the same names a
     ``script:`` job sees. The script gets a fresh global namespace; nothing it defines outlives the job."""
+    from wneurons.lm.models import import_transformers
+
+    import_transformers()  # before any job's own imports: transformers' lazy names are not thread-safe
     path = str(Path(path).resolve())
     stat = Path(path).stat()
     namespace = {"__name__": "__wneurons_job__", "__file__": path, "snakemake": SimpleNamespace(**job)}

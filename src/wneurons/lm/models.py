@@ -41,6 +41,29 @@ __all__ = [
 # transformers resolves its classes lazily on first attribute access, and that is not thread-safe: two jobs of one
 # process (wneurons.jobs.inprocess) loading at once failed with "cannot import name 'AutoConfig'". Loads are serialized.
 LOADING = threading.RLock()
+_IMPORTED = False
+
+
+def import_transformers() -> None:
+    """Resolve, once per process and under :data:`LOADING`, every transformers name the package uses. A job that
+    touches one outside a load (the registry's ``ACT2FN`` / ``Conv1D``, the trainer's classes, provenance's version)
+    while another job's load resolves ``AutoConfig`` made that load fail ("cannot import name 'AutoConfig'", seen in
+    a SLURM allocation running four jobs of a checkpoint in threads); :mod:`wneurons.jobs.inprocess` calls this
+    before every job, so no lazy transformers import is left for two threads to race on."""
+    global _IMPORTED
+    if _IMPORTED:
+        return
+    with LOADING:
+        if not _IMPORTED:
+            import transformers
+            import transformers.activations
+            import transformers.pytorch_utils
+
+            for name in ("AutoConfig", "AutoModelForCausalLM", "AutoTokenizer", "PreTrainedTokenizerFast",
+                         "GPTNeoXConfig", "GPTNeoXForCausalLM"):  # fmt: skip
+                getattr(transformers, name)
+            _IMPORTED = True
+
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
