@@ -17,12 +17,12 @@ from wneurons.core.uncertainty import mean_and_sem
 
 SPECIAL = "SPECIAL"  # a token with no characters in the text (BOS, ...): char_start = -1
 UNTAGGED = "X"  # a token that no spaCy token overlaps or contains
-# Fig. 3d's colours: the classes the paper calls syntactic scaffolding (and the other closed classes) vs content.
-SCAFFOLDING = ("DET", "PUNCT", "AUX", "PART", "ADP", "CCONJ", "SCONJ", "PRON")
-CONTENT = ("NOUN", "VERB", "ADJ", "ADV", "PROPN")
-NOT_PLOTTED = ("SPACE", UNTAGGED, SPECIAL)
 # The closed-class UPOS counted as function words (spec §C robustness summary, claims C17): the one definition.
 FUNCTION_WORDS = ("DET", "ADP", "AUX", "PART", "PRON", "CCONJ", "SCONJ", "PUNCT")
+# Fig. 3d's colours: the classes the paper calls syntactic scaffolding (the function words) vs content.
+SCAFFOLDING = FUNCTION_WORDS
+CONTENT = ("NOUN", "VERB", "ADJ", "ADV", "PROPN")
+NOT_PLOTTED = ("SPACE", UNTAGGED, SPECIAL)
 
 
 def covering_slices(frame: pl.DataFrame) -> pl.DataFrame:
