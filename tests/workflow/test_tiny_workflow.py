@@ -140,7 +140,7 @@ def test_paired_tables_claims_table_explorer_and_report(tiny_run):
     assert w_ppl["ratio"][0] == pytest.approx(ratio, rel=1e-4)
     # Every claim has a row; the run's own model is checked where the claim applies to it.
     claims = json.loads((tiny_run / paths.replication_json()).read_text())["claims"]
-    assert {r["id"] for r in claims} == {f"C{i}" for i in range(1, 30)}
+    assert {r["id"] for r in claims} == {f"C{i}" for i in range(1, 31)}
     ours = {r["id"]: r for r in claims if r["model"] == "tiny-llama (not in paper)"}
     assert ours["C1"]["verdict"] != "not run" and ours["C11"]["verdict"] == "not run"  # C11 is about 1%: not run
     assert "| C27 |" in (tiny_run / paths.replication_md()).read_text()
@@ -194,9 +194,18 @@ def test_shards_are_deleted_after_statistics_and_nothing_reruns(tiny_run):
     assert dry_run_jobs(tiny_run) == {}
 
 
+# A model with checkpoints names every revision by its step (training dynamics need the step of each), the final
+# one included: the same weights as `main`, under the name a checkpoint suite would give them.
+FINAL_STEP = "step2"
+
+
 def _with_checkpoint(selection):
     def edit(config):
-        config["models"]["tiny-llama"] |= {"checkpoints": ["step1"], "checkpoint_ablations": True}
+        config["models"]["tiny-llama"] |= {
+            "final_revision": FINAL_STEP,
+            "checkpoints": ["step1"],
+            "checkpoint_ablations": True,
+        }
         config["ablation"] |= {"checkpoint_percents": [5], "checkpoint_selection": selection}
 
     return edit
@@ -206,17 +215,18 @@ def test_checkpoint_ablations_use_the_final_revisions_neurons(tiny_run):
     target = paths.ablation(MODEL, "step1", Condition("all", "wasserstein", "5", 0), "blimp")
     original = _edit_config(tiny_run, _with_checkpoint("final"))
     try:
-        assert dry_run_jobs(tiny_run, target) == {"score_ablation": 1}  # no collection at step1: main's table
+        # no collection at step1: the final revision's table (collected for it, once)
+        assert dry_run_jobs(tiny_run, target) == {"collect_activations": 1, "neuron_stats": 1, "score_ablation": 1}
         snakemake(tiny_run, "--cores", "2", target)
         _edit_config(tiny_run, _with_checkpoint("own"))
         other = target.replace("blimp", "tse")
         assert dry_run_jobs(tiny_run, other) == {"collect_activations": 1, "neuron_stats": 1, "score_ablation": 1}
     finally:
         (tiny_run / "config.yaml").write_text(original)
-    final_table = tiny_run / paths.neurons(MODEL, MAIN)
+    final_table = tiny_run / paths.neurons(MODEL, FINAL_STEP)
     assert not (tiny_run / paths.neurons(MODEL, "step1")).exists()
     result = json.loads((tiny_run / target).read_text())
-    assert result["condition"]["cohort_source"] == "main"
+    assert result["condition"]["cohort_source"] == FINAL_STEP
     assert result["provenance"]["neurons_sha256"] == hashlib.sha256(final_table.read_bytes()).hexdigest()
     expected = select_neurons(pl.read_parquet(final_table), "wasserstein", 5, list(range(4)))
     assert result["condition"]["neurons"] == {str(k): v.tolist() for k, v in expected.items()}
