@@ -5,7 +5,8 @@
 #   bash .ci/slurm/up.sh        # idempotent: a second call only re-checks the running cluster
 #
 # Debian 12 (slurm 22.05, munge), run as root, no systemd needed. Daemons: munged, slurmctld, slurmd.
-# Node: twice this machine's CPUs (so that two allocations of the demo run side by side on a 2-core CI machine;
+# Node: four times this machine's CPUs (so that any two allocations of the demo's slice, 2-3 CPUs each, run side by
+# side on a 2-core CI machine: with twice, a 3-CPU and a 2-CPU one could not, and CI's concurrency check passed by luck;
 # SlurmdParameters=config_overrides lets the node declare more than it has), memory minus headroom, and two fake
 # GPUs (gres/gpu backed by /dev/null and /dev/zero).
 # No accounting daemon, so `sacct` cannot work: the CI profile uses `squeue` for job status.
@@ -15,7 +16,7 @@
 #   SLURM_CI_DIR        state directory                                  (default /tmp/wneurons-slurm)
 #   SLURM_CI_PARTITION  partition name; must match profiles/slurm-ci     (default ci, see lib.sh)
 #   SLURM_CI_MEM_MB     node RealMemory in MB                            (default: physical - max(4 GiB, 20 %))
-#   SLURM_CI_CPUS       node CPUs                                        (default: 2 x this machine's)
+#   SLURM_CI_CPUS       node CPUs                                        (default: 4 x this machine's)
 #   SLURM_CI_TIMEOUT    seconds allowed for each wait (install, node idle, smoke job)    (default 120)
 set -euo pipefail
 
@@ -108,7 +109,7 @@ MEM_MB=${SLURM_CI_MEM_MB:-$((phys_mb - headroom_mb))}
 NODELINE=${NODELINE/RealMemory=$phys_mb/RealMemory=$MEM_MB}
 # Jobs keep their rules' threads (results depend on torch's thread count), so concurrency on a small machine
 # comes from declaring more CPUs than it has; the node line's topology is dropped for a plain CPU count.
-CPUS=${SLURM_CI_CPUS:-$((2 * $(nproc)))}
+CPUS=${SLURM_CI_CPUS:-$((4 * $(nproc)))}
 NODELINE="NodeName=$HOST CPUs=$CPUS RealMemory=$MEM_MB"
 
 cat >"$BASE/etc/slurm.conf" <<EOF
