@@ -17,16 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 from hub_server import HubServer, pointed_at
-from tiny_project import REPO, make_tiny_project, snakemake, tiny_config, word_tokenizer
+from tiny_project import REPO, SCORED_BENCHMARKS, make_tiny_project, snakemake, tiny_config, word_tokenizer
 
 from wneurons.experiment import paths
-from wneurons.experiment.grid import BENCHMARKS, CAPABILITY
 from wneurons.store.staged import read_manifest, verify_staged
 
 pytestmark = pytest.mark.slow
 
 MODEL, REPO_ID, FINAL = "tiny-pythia", "tiny/pythia", "step2000"
-SCORED = tuple(b for b in BENCHMARKS if b != CAPABILITY)  # this config names no capability suite
 CHECKPOINTS = ["step0", "step1000"]
 STAGING = "hub-staging"  # hub.staging_dir, away from its default
 UMASK = 0o027  # group may read, others not: files written 0600 (mkstemp) or 0644 (a fixed mode) both fail
@@ -134,7 +132,7 @@ def run_targets() -> list[str]:
     """Statistics and scoring of every revision, the training dynamics, the pruning of the checkpoints."""
     revisions = [FINAL, *CHECKPOINTS]
     out = [paths.neurons(MODEL, r) for r in revisions]
-    out += [paths.aggregate(MODEL, r, b) for r in revisions for b in SCORED]
+    out += [paths.aggregate(MODEL, r, b) for r in revisions for b in SCORED_BENCHMARKS]
     out += [paths.emergence_table(MODEL), paths.emergence_summary(MODEL), paths.cosine_drift(MODEL)]
     return out + [paths.pruned_record(MODEL, r, STAGING) for r in CHECKPOINTS]
 
@@ -190,7 +188,7 @@ def test_the_jobs_ran_with_no_route_to_the_hub_and_record_the_commit(hub_run):
     assert hub_run["requests"] == hub_run["staging_requests"]  # the server was stopped: nothing more arrived
     assert "rule stage_model:" not in hub_run["run"].stdout + hub_run["run"].stderr  # all staged beforehand
     for revision, commit in commits.items():
-        for bench in SCORED:
+        for bench in SCORED_BENCHMARKS:
             clean = json.loads((root / paths.clean(MODEL, revision, bench)).read_text())
             assert clean["provenance"]["commit"] == commit, (revision, bench)
         record = json.loads((root / paths.weight_record(MODEL, revision)).read_text())

@@ -11,17 +11,16 @@ import re
 import polars as pl
 import pytest
 import yaml
+from tiny_project import SCORED_BENCHMARKS as BENCHMARKS
 from tiny_project import dry_run_jobs, make_tiny_project, snakemake, tiny_grid
 
 from wneurons.core.selection import select_neurons
 from wneurons.experiment import paths
-from wneurons.experiment.grid import BENCHMARKS as GRID_BENCHMARKS
-from wneurons.experiment.grid import CAPABILITY, Condition, conditions_for
+from wneurons.experiment.grid import Condition, conditions_for
 
 pytestmark = pytest.mark.slow
 
 MODEL, MAIN = "tiny-llama", "main"
-BENCHMARKS = tuple(b for b in GRID_BENCHMARKS if b != CAPABILITY)  # the tiny project names no capability suite
 
 
 @pytest.fixture(scope="module")

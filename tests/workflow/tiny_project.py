@@ -16,8 +16,12 @@ from pathlib import Path
 
 import yaml
 
+from wneurons.experiment.grid import BENCHMARKS, CAPABILITY
+
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+# The benchmarks a tiny project scores: its config names no capability suite (evaluation.capability.tasks: []).
+SCORED_BENCHMARKS = tuple(b for b in BENCHMARKS if b != CAPABILITY)
 
 NOUNS = ["dog", "cat", "author", "pilot", "farmer", "doctor", "guard", "teacher"]
 VERBS = ["runs", "sleeps", "laughs", "swims", "smiles", "waits"]

@@ -37,7 +37,7 @@ def cohorts_inputs(config: dict, wildcards) -> dict:
     return inputs
 
 
-def gated(config: dict, model: str) -> dict:
+def gated(model: str) -> dict:
     """The cohorts a training analysis follows and the integrity gate it must pass."""
     return {"cohorts": paths.cohorts(model), "integrity": paths.integrity(model)}
 
@@ -45,13 +45,13 @@ def gated(config: dict, model: str) -> dict:
 def pair_signs_training_inputs(config: dict, wildcards) -> dict:
     m = wildcards.model
     revs = targets.dynamics_revisions(config, m)
-    return gated(config, m) | {"signs": [paths.pair_signs(m, r) for r in revs]}
+    return gated(m) | {"signs": [paths.pair_signs(m, r) for r in revs]}
 
 
 def emergence_inputs(config: dict, wildcards) -> dict:
     m = wildcards.model
     revs = targets.dynamics_revisions(config, m)
-    return gated(config, m) | {
+    return gated(m) | {
         "neurons": [paths.neurons(m, r) for r in revs],
         "tse": [paths.clean(m, r, "tse") for r in revs],
         "blimp": [paths.clean(m, r, "blimp") for r in revs],
@@ -61,13 +61,13 @@ def emergence_inputs(config: dict, wildcards) -> dict:
 def cosine_drift_inputs(config: dict, wildcards) -> dict:
     m = wildcards.model
     revs = targets.weight_grid(config, m)
-    return gated(config, m) | {"rows": [paths.weight_rows(m, r) for r in revs]}
+    return gated(m) | {"rows": [paths.weight_rows(m, r) for r in revs]}
 
 
 def ablation_vs_wd_inputs(config: dict, wildcards) -> dict:
     m = wildcards.model
     revs = targets.ablation_revisions(config, m)
-    return gated(config, m) | {
+    return gated(m) | {
         "neurons": [paths.neurons(m, r) for r in revs],
         "blimp": [paths.aggregate(m, r, "blimp") for r in revs],
         "tse": [paths.aggregate(m, r, "tse") for r in revs],

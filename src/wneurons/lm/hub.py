@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from wneurons import __version__
 from wneurons.store import io
+from wneurons.store.checkpoints import STEP_REVISION
 from wneurons.store.staged import MANIFEST, MANIFEST_FORMAT, StagingError, read_manifest
 
 __all__ = [
@@ -77,7 +78,6 @@ WEIGHT_LAYOUTS = (
 )
 # Seconds per preflight request (connect, then read): the hub answers metadata in well under one.
 PREFLIGHT_TIMEOUT = 5.0
-_STEP = re.compile(r"^step(\d+)$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -305,8 +305,8 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 def _nearest(revision: str, names: Collection[str]) -> list[str]:
     """Revisions near ``revision`` among ``names``: for ``step<N>``, the closest ``step`` branches below and
     above N; otherwise the closest spellings."""
-    match = _STEP.match(revision)
-    steps = sorted((int(m.group(1)), n) for n in names if (m := _STEP.match(n)))
+    match = STEP_REVISION.match(revision)
+    steps = sorted((int(m.group(1)), n) for n in names if (m := STEP_REVISION.match(n)))
     if match and steps:
         n = int(match.group(1))
         below = [name for step, name in steps if step < n][-1:]
