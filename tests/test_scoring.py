@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 import torch
 
+from wneurons.lm import perplexity as perplexity_module
 from wneurons.lm.perplexity import PPL_TOKEN_COLUMNS, perplexity
 from wneurons.lm.scoring import (
     BLIMP_ITEM_COLUMNS,
@@ -288,6 +289,30 @@ def test_perplexity_equals_exp_of_direct_window_losses(model, tokenizer):
     pieces = [text[a:b] for a, b in zip(tokens["char_start"], tokens["char_end"], strict=True)]
     assert [tokenizer.decode([i]).strip() for i in tokens["token_id"][:20]] == [p.strip() for p in pieces[:20]]
     assert not result["bos_prepended"] and not result["window_bos"] and result["convention"] == "authors"
+
+
+def test_perplexity_batch_shrinks_to_its_logits_budget(model, tokenizer, monkeypatch):
+    """A large vocabulary (Gemma-3: 2 GiB of logits per 2,048-token window) gets fewer windows per forward pass,
+    down to one, with the same per-token NLL."""
+    text = _random_text(300, seed=3)
+    window = 32
+    wide = perplexity(model, tokenizer, text, window=window, batch_size=4, return_token_nll=True)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    forwards = []
+    monkeypatch.setattr(perplexity_module, "_LOGIT_BYTES_PER_BATCH", 2 * (window - 1) * vocab * 4)
+    hook = model.register_forward_hook(
+        lambda _m, args, kwargs, _o: forwards.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        narrow = perplexity(model, tokenizer, text, window=window, batch_size=4, return_token_nll=True)
+    finally:
+        hook.remove()
+    assert max(forwards) == 2 and sum(forwards) == narrow["n_windows"] == wide["n_windows"] > 2
+    np.testing.assert_allclose(
+        narrow["tokens"]["nll"].to_numpy(), wide["tokens"]["nll"].to_numpy(), rtol=1e-5, atol=1e-6
+    )
+    monkeypatch.setattr(perplexity_module, "_LOGIT_BYTES_PER_BATCH", 1)
+    assert perplexity_module.windows_per_batch(model, window - 1, 4) == 1
 
 
 def test_perplexity_drops_the_tail_and_caps_whole_windows(model, tokenizer):

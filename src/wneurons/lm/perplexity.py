@@ -24,6 +24,10 @@ from wneurons.lm.scoring import (
 log = logging.getLogger(__name__)
 
 PPL_TOKEN_COLUMNS = ("window", "position", "token_id", "char_start", "char_end", "nll")
+# Bytes of float32 logits one forward pass may return: a window of 2,048 tokens over Gemma-3's 262,144-token
+# vocabulary is 2 GiB of logits, so batch_size windows at once would need batch_size x 2 GiB (8 GiB at the default
+# 4, beyond what a job requests); the batch shrinks to fit, down to one window.
+_LOGIT_BYTES_PER_BATCH = 1 << 31
 
 
 def window_bos_token(tokenizer, window_bos: bool) -> int | None:
@@ -94,6 +98,7 @@ def perplexity(
     windows = torch.from_numpy(ids[: n_windows * window].reshape(n_windows, window))
     if bos is not None:
         windows = torch.cat([torch.full((n_windows, 1), bos, dtype=windows.dtype), windows], dim=1)
+    batch_size = windows_per_batch(model, windows.shape[1] - 1, batch_size)
     device = model_device(model)
     nll = torch.empty(n_windows, windows.shape[1] - 1, dtype=torch.float32)
     tracker = Progress(n_windows, "windows", progress)
@@ -122,6 +127,13 @@ def perplexity(
     if return_token_nll:
         result["tokens"] = _token_frame(encoding, window, n_windows, first=int(bos is None), nll=token_nll)
     return result
+
+
+def windows_per_batch(model, positions: int, batch_size: int) -> int:
+    """``batch_size``, shrunk so one batch's float32 logits (windows x positions x vocabulary) stay within
+    :data:`_LOGIT_BYTES_PER_BATCH`; at least one window."""
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    return max(1, min(batch_size, _LOGIT_BYTES_PER_BATCH // (positions * vocab * 4)))
 
 
 def _token_frame(encoding, window: int, n_windows: int, *, first: int, nll: np.ndarray) -> pl.DataFrame:
