@@ -2,10 +2,12 @@
 "not run" and no claim disappears."""
 
 import json
+import math
 
 import numpy as np
 import polars as pl
 import pytest
+from scipy import stats
 
 from wneurons.jobs.report import replication_table_job
 from wneurons.report.claims import CLAIMS, FAILS, HOLDS, NO_DATA, NOT_RUN, Run, claim_rows
@@ -157,6 +159,11 @@ def test_c11_needs_both_controls_and_both_benchmarks_significant(tmp_path):
     run = make_run(tmp_path / "b", {"llama-3.1-8b": {"family": "llama", "files": files}})
     row = [r for r in claim_rows(run) if r["id"] == "C11" and r["model"] == "llama-3.1-8b"][0]
     assert row["verdict"] == NO_DATA
+    # The undecided part says how many items would decide it: 1 point over a CI of ±3 at n = 1,000 items.
+    z = stats.norm.ppf(1 - 0.01 / 2) + stats.norm.ppf(0.8)
+    needed = math.ceil(1000 * (z * (0.03 / stats.norm.ppf(0.975)) / 0.01) ** 2)
+    assert f"n ≈ {needed:,} items would detect it (α = 0.01, 80% power)" in row["ours"]
+    assert row["ours"].count("would detect it") == 2  # TSE's two parts (p = 0.2); BLiMP's, decided, say nothing
 
 
 def test_c11_says_when_the_matched_control_is_weaker(tmp_path):

@@ -15,6 +15,7 @@ from wneurons.core.uncertainty import (
     TWO_STAGE_BOOTSTRAP,
     bootstrap_mean,
     correlation_with_ci,
+    items_to_detect,
     mcnemar_exact,
     paired_accuracy_difference,
     paired_perplexity_ratio,
@@ -221,3 +222,26 @@ def test_layerwise_correlations_print_no_ci_from_three_layers():
     nn = correlations(three, ["err"]).filter(pl.col("share") == "nn").row(0, named=True)
     assert nn["pearson_r"] > 0.8 and nn["r_ci_lo"] is None and nn["r_ci_hi"] is None
     assert nn["ci_undefined"] == f"3 points (a bootstrap CI needs {MIN_CORRELATION_POINTS})"
+
+
+def test_items_to_detect_is_mcnemars_sample_size_from_the_ci():
+    """From a paired 0/1 comparison's bootstrap CI, the items needed match the normal-approximation McNemar
+    sample size n = (z_{1-a/2} + z_power)^2 (p_d - d^2) / d^2 of its own discordance and difference."""
+    rng = np.random.default_rng(5)
+    n = 4000
+    ref = rng.random(n) < 0.7
+    cond = ref.copy()
+    flip = rng.choice(n, size=160, replace=False)  # 120 right only under ref, 40 only under cond: p_d = 4%
+    cond[flip[:120]] = False
+    ref[flip[120:]], cond[flip[120:]] = False, True
+    row = paired_accuracy_difference(ref, cond, resamples=4000, seed=1)
+    d, p_d = row["drop"], (row["only_reference"] + row["only_condition"]) / n
+    z = stats.norm.ppf(1 - 0.01 / 2) + stats.norm.ppf(0.8)
+    expected = z**2 * (p_d - d**2) / d**2
+    needed = items_to_detect(n, d, row["ci_lo"], row["ci_hi"], alpha=0.01)
+    assert needed == pytest.approx(expected, rel=0.1)
+    # Halving the difference at the same spread needs four times the items; no difference, no n; no CI, NaN.
+    half = items_to_detect(n, d / 2, row["ci_lo"], row["ci_hi"], alpha=0.01)
+    assert half == pytest.approx(4 * needed, rel=0.01)
+    assert math.isinf(items_to_detect(n, 0.0, row["ci_lo"], row["ci_hi"], alpha=0.01))
+    assert math.isnan(items_to_detect(n, d, math.nan, math.nan, alpha=0.01))

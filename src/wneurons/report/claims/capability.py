@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from wneurons.experiment.grid import CAPABILITY, condition_key
-from wneurons.report.claims.run import FAILS, HOLDS, NO_DATA, NotRun, Outcome, Run
+from wneurons.report.claims.run import FAILS, HOLDS, NO_DATA, NotRun, Outcome, Run, items_needed
 
 PERCENT = 1  # the paper's W condition and its matched control
 ALPHA = 0.05
@@ -54,7 +54,7 @@ def c30_double_dissociation(run: Run, model: str) -> Outcome:
         verdicts.append(part_verdict(row, direction))
         parts.append(
             f"{benchmark} matched−W: {100 * row['drop']:.3g} pts [{100 * row['ci_lo']:.3g}, "
-            f"{100 * row['ci_hi']:.3g}], p = {row['p_value']:.3g} (n = {row['n']})"
+            f"{100 * row['ci_hi']:.3g}], p = {row['p_value']:.3g} (n = {row['n']}{items_needed(row, ALPHA)})"
         )
     verdict = FAILS if FAILS in verdicts else (HOLDS if all(v == HOLDS for v in verdicts) else NO_DATA)
     return Outcome(

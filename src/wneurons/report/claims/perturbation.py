@@ -27,6 +27,7 @@ from wneurons.report.claims.run import (
     fmt,
     fmt_ci,
     has_ci,
+    items_needed,
     paired,
     paired_row,
 )
@@ -212,7 +213,7 @@ def c11_only_wasserstein(run: Run, model: str) -> Outcome:
             test = row.get("test") or "exact McNemar"
             parts.append(
                 f"{bench} W−{control}: {fmt(100 * row['drop'])} pts {fmt_ci(row['ci_lo'], row['ci_hi'], 100)}, "
-                f"p = {fmt(row['p_value'])} ({test}; n = {row['n']})"
+                f"p = {fmt(row['p_value'])} ({test}; n = {row['n']}{items_needed(row, ALPHA)})"
             )
     control = (
         "matched control: W's NLL does not rise, no share defined"
