@@ -564,3 +564,18 @@ def test_markdown_leads_with_decided_rows(tmp_path):
     ]
     md = claims_markdown(rows, "results")
     assert md.index("| C2 |") < md.index("## Not run") < md.index("| C1 |")
+
+
+def test_cumulative_claims_are_not_run_without_cumulative_scopes(tmp_path):
+    """g1 doubles as c1, so layer groups alone (layer_groups.cumulative off) are no cumulative run: C15 says
+    "not run", not "not enough data at n = 1"; with c2, c3 scored it is decided."""
+    individual = {("clean", f"g{k}/wasserstein/p1"): (0.01 * k, 0.005) for k in (1, 2, 3)}
+    run = make_run(tmp_path, {"toy": {"family": "llama", "files": {"paired_blimp": paired_rows(individual, 0.01)}}})
+    row = [r for r in claim_rows(run) if r["id"] == "C15" and r["model"].startswith("toy")][0]
+    assert row["verdict"] == NOT_RUN and "no cumulative layer-group ablation" in row["ours"]
+    cumulative = individual | {("clean", f"c{k}/wasserstein/p1"): (0.01 * k, 0.005) for k in (2, 3)}
+    run = make_run(
+        tmp_path / "c", {"toy": {"family": "llama", "files": {"paired_blimp": paired_rows(cumulative, 0.01)}}}
+    )
+    row = [r for r in claim_rows(run) if r["id"] == "C15" and r["model"].startswith("toy")][0]
+    assert row["verdict"] == HOLDS and "c1..c3: 1/1" in row["ours"]
