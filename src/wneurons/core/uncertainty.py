@@ -194,23 +194,33 @@ def paired_accuracy_difference(
     }
 
 
+def detectable_difference(
+    ci_lo: float, ci_hi: float, *, alpha: float, power: float = 0.8, level: float = CI_LEVEL
+) -> float:
+    """The difference a paired comparison detects at two-sided ``alpha`` with ``power``, read from its ``level``
+    CI: ``(z_{1-alpha/2} + z_power) se`` with the standard error ``se = (ci_hi - ci_lo) / (2 z_{(1+level)/2})``.
+    NaN without a CI."""
+    if not (math.isfinite(ci_lo) and math.isfinite(ci_hi)):
+        return math.nan
+    se = (ci_hi - ci_lo) / (2 * stats.norm.ppf(0.5 + level / 2))
+    return (stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * se
+
+
 def items_to_detect(
     n: int, difference: float, ci_lo: float, ci_hi: float, *, alpha: float, power: float = 0.8, level: float = CI_LEVEL
 ) -> float:
     """Items a paired comparison needs to detect ``difference`` at two-sided ``alpha`` with ``power``, read from
-    its CI at ``n`` items: the standard error ``(ci_hi - ci_lo) / (2 z_{(1+level)/2})`` shrinks as 1/sqrt(n), and
-    the difference is detected once it is ``z_{1-alpha/2} + z_power`` standard errors from 0:
-    ``n (z_{1-alpha/2} + z_power)^2 se^2 / difference^2``. For 0/1 outcomes with discordance p_d, se^2 =
+    its CI at ``n`` items: the standard error shrinks as 1/sqrt(n), so the :func:`detectable_difference` at n
+    scales to ``difference`` at ``n (detectable / difference)^2``. For 0/1 outcomes with discordance p_d, se^2 =
     (p_d - difference^2) / n, the normal-approximation sample size of McNemar's test (Connor 1987) with one
     variance under both hypotheses. A two-stage CI holds draw variance too, which more items do not shrink: the
     n is then a lower bound. ``inf`` when the difference is 0; NaN without a CI."""
-    if not (math.isfinite(ci_lo) and math.isfinite(ci_hi)) or n < 1:
+    detectable = detectable_difference(ci_lo, ci_hi, alpha=alpha, power=power, level=level)
+    if math.isnan(detectable) or n < 1:
         return math.nan
     if difference == 0:
         return math.inf
-    se = (ci_hi - ci_lo) / (2 * stats.norm.ppf(0.5 + level / 2))
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    return math.ceil(n * (z * se / difference) ** 2)
+    return math.ceil(n * (detectable / difference) ** 2)
 
 
 def window_nll_sums(window: np.ndarray, nll: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

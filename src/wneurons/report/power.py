@@ -5,7 +5,7 @@ difference needs (sizing the next run from this one's own spread, as docs/replic
         [--alpha 0.01] [--power 0.8] [--reference clean] [--all-groups]
 
 Reads the overall rows of a ``paired/{benchmark}.parquet`` table (:mod:`wneurons.report.replication`). For each
-comparison the standard error comes from its own 95% CI at its n (:func:`wneurons.core.uncertainty.items_to_detect`):
+comparison the standard error comes from its own 95% CI at its n (:mod:`wneurons.core.uncertainty`):
 the detectable difference at n is ``(z_{1-alpha/2} + z_power) * se``; the items needed for ``--difference`` scale
 with its square. For a pooled random control the two-stage CI holds the variance between neuron draws, which more
 items do not shrink: its n is then a lower bound (marked).
@@ -19,9 +19,8 @@ import sys
 from pathlib import Path
 
 import polars as pl
-from scipy import stats
 
-from wneurons.core.uncertainty import CI_LEVEL, TWO_STAGE_BOOTSTRAP, items_to_detect
+from wneurons.core.uncertainty import CI_LEVEL, TWO_STAGE_BOOTSTRAP, detectable_difference, items_to_detect
 
 
 def power_rows(
@@ -30,15 +29,11 @@ def power_rows(
     """One dict per paired row (overall rows unless ``all_groups``): reference, condition, trial, n, drop, its
     discordance (only_reference + only_condition) / n, the difference detectable at n, and the items
     ``difference`` needs (``lower_bound`` where draw variance is in the CI)."""
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    z_ci = stats.norm.ppf(0.5 + CI_LEVEL / 2)
     if not all_groups and "group_kind" in frame.columns:
         frame = frame.filter(pl.col("group_kind") == "overall")
     out = []
     for row in frame.iter_rows(named=True):
-        lo, hi, n = row["ci_lo"], row["ci_hi"], int(row["n"])
-        finite = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
-        se = (hi - lo) / (2 * z_ci) if finite else math.nan
+        lo, hi, n = _or_nan(row["ci_lo"]), _or_nan(row["ci_hi"]), int(row["n"])
         out.append(
             {
                 "reference": row["reference"],
@@ -49,14 +44,17 @@ def power_rows(
                 "drop": row["drop"],
                 "p_value": row["p_value"],
                 "discordance": (row["only_reference"] + row["only_condition"]) / n if n else math.nan,
-                "detectable_at_n": z * se,
-                "items_needed": items_to_detect(n, difference, lo, hi, alpha=alpha, power=power)
-                if finite
-                else math.nan,
+                "detectable_at_n": detectable_difference(lo, hi, alpha=alpha, power=power),
+                "items_needed": items_to_detect(n, difference, lo, hi, alpha=alpha, power=power),
                 "lower_bound": row.get("ci_method") == TWO_STAGE_BOOTSTRAP,
             }
         )
     return out
+
+
+def _or_nan(value: float | None) -> float:
+    """A CI bound as a float: a null (no CI) is NaN."""
+    return math.nan if value is None else float(value)
 
 
 def _markdown(rows: list[dict], difference: float, alpha: float, power: float) -> str:

@@ -127,15 +127,15 @@ def has_ci(row: dict) -> bool:
     return lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi))
 
 
-def items_needed(row: dict, alpha: float, unit: str = "items", power: float = 0.8) -> str:
-    """ ", needs n ≈ N items for this difference (alpha, 80% power)" for a paired row that its test does not decide
+def items_needed(row: dict, alpha: float, power: float = 0.8) -> str:
+    """ "; n ≈ N items would detect it (α, 80% power)" for a paired row that its test does not decide
     (core.uncertainty.items_to_detect, from the row's own CI at its n); empty when it is decided or has no CI."""
     if row["p_value"] < alpha or not has_ci(row):
         return ""
     needed = items_to_detect(row["n"], row["drop"], row["ci_lo"], row["ci_hi"], alpha=alpha, power=power)
     if math.isinf(needed):
         return "; no difference to detect"
-    return f"; n ≈ {needed:,} {unit} would detect it (α = {alpha:g}, {power:.0%} power)"
+    return f"; n ≈ {needed:,} items would detect it (α = {alpha:g}, {power:.0%} power)"
 
 
 def too_few(ours: str, n: int, unit: str, need: int, sources: list[str]) -> Outcome:
