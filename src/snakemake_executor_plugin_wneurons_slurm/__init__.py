@@ -18,25 +18,38 @@ the model loads they paid; ``perf/model_loads.py`` reads those lines.
 
 from __future__ import annotations
 
-import re
+import getpass
+import os
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
+import snakemake_executor_plugin_slurm as slurm_plugin
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings as SlurmExecutorSettings
 from snakemake_executor_plugin_slurm import common_settings as slurm_common_settings
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
-from snakemake_interface_executor_plugins.utils import format_cli_arg, join_cli_args
+from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_args, format_cli_arg, join_cli_args
+
+from wneurons.jobs import ledger
 
 # The module the allocation's command runs instead of `snakemake`: Snakemake's own CLI plus the closing line.
 ALLOCATION_MODULE = f"{__name__}.allocation"
-# Environment variable that carries the group's name (e.g. gpu-smollm2-135m-main) into the allocation.
+# Environment variable that carries the group's name (e.g. gpu-smollm2-135m-main-a0) into the allocation.
 GROUP_VARIABLE = "WNEURONS_SLURM_GROUP"
+# Never sent to SLURM: sbatch runs with these removed from its environment, so `--export=ALL` cannot carry a hub
+# token into the job's environment or slurmctld's job record (compute jobs read staged files only).
+SECRET_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_TOKEN")
+# SLURM states of an allocation that an earlier run may still be using (squeue's long names).
+ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "STAGE_OUT"}
+
 
 # The same settings as the slurm plugin's; Snakemake prefixes them with this plugin's name on the command line
-# (`--wneurons-slurm-init-seconds-before-status-checks`, ...) and in profiles.
+# (`--wneurons-slurm-init-seconds-before-status-checks`, ...) and in profiles. The site's limits are not settings
+# of the executor but a file of the config (`site`: wneurons.experiment.allocations.Site), because the DAG's
+# allocations are planned from them, also in a dry run, where no executor settings exist.
 ExecutorSettings = SlurmExecutorSettings
 common_settings = slurm_common_settings
 
@@ -46,39 +59,20 @@ def gpus_of(job: JobExecutorInterface) -> int:
     return int(job.resources.get("gpu", 0) or 0)
 
 
-_JOB_BLOCK = re.compile(r"^(?:local)?rule \w+:\n(.*?)(?=^\S|\Z)", flags=re.MULTILINE | re.DOTALL)
-
-
-def finished_outputs(allocation_log: str) -> set[str]:
-    """Outputs of the jobs the inner Snakemake of an allocation finished, read from its log (each job's block with
-    its `output:` and `jobid:` lines, then `Finished jobid: <id>` once it is done)."""
-    outputs = {}
-    for block in _JOB_BLOCK.finditer(allocation_log):
-        jobid = re.search(r"^\s+jobid: (\d+)$", block[1], flags=re.MULTILINE)
-        files = re.search(r"^\s+output: (.*)$", block[1], flags=re.MULTILINE)
-        if jobid and files:
-            outputs[jobid[1]] = files[1].split(", ")
-    done = re.findall(r"^Finished jobid: (\d+) ", allocation_log, flags=re.MULTILINE)
-    return {f for j in done for f in outputs.get(j, [])}
-
-
-def remove_unfinished_outputs(job: JobExecutorInterface, allocation_log: Path | None, log) -> list[str]:
+def remove_unfinished_outputs(job: JobExecutorInterface, manifest: Path | None, log) -> list[str]:
     """Delete the outputs of every member of the failed ``job`` (a group job or a single job) that its allocation
-    did not finish (its log says which it did), and return them.
+    did not finish (no record in its ledger: :mod:`wneurons.jobs.ledger`), and return them.
 
     Why: when an allocation fails or is cancelled, core Snakemake deletes the outputs of EVERY member of the group
     (each "might be corrupted"), finished conditions included, unless ``keep-incomplete`` is set, and with it
     deletes nothing. profiles/slurm sets ``keep-incomplete`` and this executor deletes what core Snakemake would
-    delete for each failed job on its own, so a killed allocation leaves its finished conditions and the rerun
-    redoes exactly the others. (Snakemake's incomplete markers cannot tell: the outer run may set them after the
-    allocation started and finished its first jobs.)"""
-    text = allocation_log.read_text(errors="replace") if allocation_log and allocation_log.exists() else ""
-    finished = finished_outputs(text)
+    delete for each unfinished job on its own, so the retry (or a later run) redoes exactly those."""
     removed = []
     for member in job.jobs if job.is_group() else [job]:
-        if all(str(f) in finished for f in member.output):
+        outputs = [str(f) for f in member.output]
+        if manifest is not None and ledger.finished(outputs, manifest):
             continue
-        for f in map(Path, member.output):
+        for f in map(Path, outputs):
             if f.is_dir() and not f.is_symlink():
                 shutil.rmtree(f)
             elif f.exists() or f.is_symlink():
@@ -91,21 +85,100 @@ def remove_unfinished_outputs(job: JobExecutorInterface, allocation_log: Path | 
     return removed
 
 
+def earlier_allocations(workdir: str, user: str | None = None) -> list[str]:
+    """``jobid (state, comment)`` of this user's SLURM jobs that a wneurons-slurm run of ``workdir`` submitted
+    (comment ``rule_...``) and that may still run; [] when squeue cannot be asked."""
+    fmt = "%i|%T|%Z|%k"
+    cmd = ["squeue", "-h", "-u", user or getpass.getuser(), "-o", fmt]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in out.splitlines():
+        jobid, state, where, comment = (line.split("|", 3) + ["", "", ""])[:4]
+        if state in ACTIVE_STATES and comment.startswith("rule_") and os.path.realpath(where) == workdir:
+            found.append(f"{jobid} ({state}, {comment})")
+    return found
+
+
+def _without_secrets(get_submit_command):
+    """The slurm plugin's sbatch command builder, with the command run under ``env -u`` of every secret."""
+
+    def build(*args, **kwargs) -> str:
+        call = get_submit_command(*args, **kwargs)
+        unset = " ".join(f"-u {v}" for v in SECRET_VARIABLES)
+        return f"env {unset} {call}" if call.startswith("sbatch ") else call
+
+    build.wneurons = True
+    return build
+
+
+def _preemption_is_failure(query_job_status):
+    """The slurm plugin's status query with PREEMPTED reported as CANCELLED: the plugin treats PREEMPTED as running
+    forever (with PreemptMode=CANCEL it never changes again), so the job would hang. The preempted job is cancelled
+    for good (were the site to requeue it, two copies would run) and the outer run resubmits what is left."""
+
+    async def query(command: str, logger):
+        statuses, duration = await query_job_status(command, logger)
+        for jobid, state in (statuses or {}).items():
+            if state.startswith("PREEMPTED"):
+                logger.warning(f"SLURM job {jobid} was preempted: cancelled, its unfinished members resubmitted")
+                subprocess.run(["scancel", jobid], capture_output=True, timeout=60)
+                statuses[jobid] = "CANCELLED"
+        return statuses, duration
+
+    query.wneurons = True
+    return query
+
+
+# The two seams in the slurm plugin (pinned >=2.8,<2.9 in pyproject.toml; tests/test_slurm_executor.py checks
+# they are still where this module expects them).
+if not getattr(slurm_plugin.get_submit_command, "wneurons", False):
+    slurm_plugin.get_submit_command = _without_secrets(slurm_plugin.get_submit_command)
+if not getattr(slurm_plugin.query_job_status, "wneurons", False):
+    slurm_plugin.query_job_status = _preemption_is_failure(slurm_plugin.query_job_status)
+
+
 class Executor(SlurmExecutor):
+    def __post_init__(self, test_mode: bool = False) -> None:
+        super().__post_init__(test_mode=test_mode)
+        # A restart of the main process must not start a second copy of allocations an earlier run (killed, or its
+        # login session lost) left running: both would write the same files. Its DAG was built from the files as
+        # they were before those allocations end, so waiting here would not help: stop, in one line.
+        workdir = os.path.realpath(self.workflow.workdir_init)
+        running = [] if test_mode else earlier_allocations(workdir)
+        if running:
+            raise WorkflowError(
+                f"wneurons-slurm: {len(running)} allocation(s) of an earlier run of {workdir} may still run: "
+                f"{'; '.join(running[:5])}{' ...' if len(running) > 5 else ''}. Wait for them to end "
+                "(squeue --me) or scancel them, then start again: their finished members are kept."
+            )
+
     def report_job_error(self, job_info, msg=None, **kwargs) -> None:
-        allocation_log = (job_info.aux or {}).get("slurm_logfile")
-        remove_unfinished_outputs(job_info.job, Path(allocation_log) if allocation_log else None, self.logger)
+        remove_unfinished_outputs(job_info.job, self.manifest_of(job_info.job), self.logger)
         super().report_job_error(job_info, msg, **kwargs)
+
+    def manifest_of(self, job: JobExecutorInterface) -> Path:
+        return Path(self.workflow.workdir_init) / ledger.manifest_path(self.run_uuid, job.name)
 
     def additional_general_args(self) -> str:
         # The slurm plugin's "--executor slurm-jobstep --jobs 1" (one srun step per member) is replaced by the local
         # executor: the members run in this one process. `--executor local` is explicit so that a default profile
         # ($SNAKEMAKE_PROFILE) naming this executor cannot make the allocation submit jobs of its own.
-        return "--executor local"
+        # --keep-going: one failed member does not stop the others (the outer run resubmits only what failed).
+        return "--executor local --keep-going"
 
     def get_job_args(self, job: JobExecutorInterface, **kwargs) -> str:
         """Snakemake's arguments for the job (``--target-jobs`` with every member of a group, ``--allowed-rules``
-        with their rules only, ...) with the allocation's cores, its GPUs as the ``gpu`` resource, and threads."""
+        with their rules only, ...) with the allocation's cores, its GPUs as the ``gpu`` resource, and threads.
+        Writes the allocation's manifest (:mod:`wneurons.jobs.ledger`), which the allocation reads to skip members
+        an earlier attempt finished."""
+        members = job.jobs if job.is_group() else [job]
+        ledger.write_manifest(
+            self.manifest_of(job),
+            [(encode_target_jobs_cli_args(m.get_target_spec())[0], [str(f) for f in m.output]) for m in members],
+        )
         args = super().get_job_args(job, **kwargs)
         extra = [
             # The allocation's CPUs (sbatch --cpus-per-task = the job's threads), not the node's: a later --cores
@@ -119,10 +192,15 @@ class Executor(SlurmExecutor):
         return join_cli_args([args, *extra])
 
     def get_job_exec_prefix(self, job: JobExecutorInterface) -> str:
-        # Names the allocation in its closing line (a SLURM job's comment is not in its environment).
+        # Names the allocation in its closing line (a SLURM job's comment is not in its environment) and tells it
+        # where its manifest is; the secrets are unset again in case the site's sbatch exports a login environment.
         prefix = super().get_job_exec_prefix(job)
-        export = f"export {GROUP_VARIABLE}={shlex.quote(job.name)}"
-        return f"{prefix} && {export}" if prefix else export
+        exports = [
+            f"export {GROUP_VARIABLE}={shlex.quote(job.name)}",
+            f"export {ledger.MANIFEST_VARIABLE}={shlex.quote(str(self.manifest_of(job)))}",
+            f"unset {' '.join(SECRET_VARIABLES)}",
+        ]
+        return " && ".join([prefix, *exports] if prefix else exports)
 
     def format_job_exec(self, job: JobExecutorInterface) -> str:
         """The slurm plugin's command for the job, with ``python -m snakemake`` replaced by the allocation module."""

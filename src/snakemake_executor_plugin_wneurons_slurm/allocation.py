@@ -3,7 +3,10 @@
     python -m snakemake_executor_plugin_wneurons_slurm.allocation <snakemake arguments>
 
 Runs ``snakemake <arguments>`` in this process (the local executor, jobs in threads: see the package docstring)
-and, however it ends, writes to stderr, i.e. the allocation's SLURM log::
+over the members that have not finished yet: on a retry, a SLURM requeue or a restart after preemption, the members
+an earlier attempt finished (their records in the allocation's ledger, :mod:`wneurons.jobs.ledger`) are dropped from
+``--target-jobs``, so no finished work is redone. However it ends, it writes to stderr, i.e. the allocation's SLURM
+log::
 
     wneurons allocation 1234 (gpu-smollm2-135m-main): 6 jobs ran in process 5678, 0 failed; 1 model loads, 5 reuses
 
@@ -29,11 +32,38 @@ def closing_line() -> str:
     )
 
 
+def without_finished(argv: list[str], unfinished: list[str]) -> list[str]:
+    """``argv`` with its ``--target-jobs`` values reduced to ``unfinished`` (target specs, in argv's spelling)."""
+    if "--target-jobs" not in argv:
+        return argv
+    start = argv.index("--target-jobs") + 1
+    end = next((i for i in range(start, len(argv)) if argv[i].startswith("-")), len(argv))
+    keep = set(unfinished)
+    return [*argv[:start], *(a for a in argv[start:end] if a in keep), *argv[end:]]
+
+
 def main() -> None:
+    from pathlib import Path
+
     from snakemake.cli import main as snakemake_main
 
+    from wneurons.jobs import ledger
+
+    argv = sys.argv[1:]
+    manifest = os.environ.get(ledger.MANIFEST_VARIABLE)
     try:
-        snakemake_main(sys.argv[1:])
+        if manifest:
+            unfinished = ledger.unfinished_members(Path(manifest))
+            total = len(ledger.read_manifest(Path(manifest)))
+            print(
+                f"wneurons allocation: {total - len(unfinished)} of {total} members finished by earlier attempts",
+                file=sys.stderr,
+                flush=True,
+            )
+            if not unfinished:
+                return
+            argv = without_finished(argv, unfinished)
+        snakemake_main(argv)
     finally:
         print(closing_line(), file=sys.stderr, flush=True)
 

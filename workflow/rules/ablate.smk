@@ -9,11 +9,14 @@ rule score_clean:
         paths.log_file("score_clean", "{model}/{revision}/{benchmark}"),
     benchmark:
         paths.benchmark_file("score_clean", "{model}/{revision}/{benchmark}")
+    group:
+        allocation("score_clean")
     threads: 1
     resources:
+        **GPU_SITE,
         gpu=1,
-        mem_mb=mem_mb,
-        runtime=runtime,
+        mem_mb=job_mem_mb("score_clean"),
+        runtime=job_runtime("score_clean"),
     params:
         model=model_spec,
         evaluation=evaluation_params,
@@ -30,11 +33,14 @@ rule matched_search:
         paths.log_file("matched_search", "{model}/{revision}/{scope}/p{percent}"),
     benchmark:
         paths.benchmark_file("matched_search", "{model}/{revision}/{scope}/p{percent}")
+    group:
+        allocation("matched_search")
     threads: 1
     resources:
+        **GPU_SITE,
         gpu=1,
-        mem_mb=mem_mb,
-        runtime=runtime,
+        mem_mb=job_mem_mb("matched_search"),
+        runtime=job_runtime("matched_search"),
     params:
         model=model_spec,
         evaluation=evaluation_params,
@@ -61,11 +67,14 @@ rule score_ablation:
             "score_ablation",
             "{model}/{revision}/{scope}/{selector}/p{percent}/t{trial}/{benchmark}",
         )
+    group:
+        allocation("score_ablation")
     threads: 1
     resources:
+        **GPU_SITE,
         gpu=1,
-        mem_mb=mem_mb,
-        runtime=runtime,
+        mem_mb=job_mem_mb("score_ablation"),
+        runtime=job_runtime("score_ablation"),
     params:
         model=model_spec,
         evaluation=evaluation_params,

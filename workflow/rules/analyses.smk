@@ -11,11 +11,14 @@ rule pair_sample:
         paths.log_file("pair_sample", "{model}/{revision}"),
     benchmark:
         paths.benchmark_file("pair_sample", "{model}/{revision}")
+    group:
+        allocation("pair_sample")
     threads: 1
     resources:
+        **GPU_SITE,
         gpu=1,
-        mem_mb=mem_mb,
-        runtime=runtime,
+        mem_mb=job_mem_mb("pair_sample"),
+        runtime=job_runtime("pair_sample"),
     params:
         model=model_spec,
         pairs=pair_sample_params,

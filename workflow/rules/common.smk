@@ -11,7 +11,16 @@ from pathlib import Path
 
 from wneurons.jobs import inprocess
 from wneurons.jobs.figures import FIGURES
-from wneurons.experiment import analyses, grid, paths, reporting, targets, training
+from wneurons.experiment import (
+    allocations,
+    analyses,
+    grid,
+    paths,
+    reporting,
+    targets,
+    training,
+)
+from wneurons.jobs import ledger
 from wneurons.lm import hub
 from wneurons.experiment.config import (
     MODEL_SOURCES,
@@ -115,6 +124,8 @@ def run_script(name, input, output, params, wildcards, threads, log, rule_name=N
         config=config,
         **{"rule": rule_name},  # `rule` cannot start a line in a Snakemake file
     )
+    # Inside a SLURM allocation: this member is finished, whatever ends the allocation later.
+    ledger.record_finished(list(output))
 
 
 def figure_report(path, rule_name, output=0):
@@ -133,15 +144,55 @@ def of_config(function):
     return lambda wildcards: function(config, wildcards)
 
 
-# ---------------------------------------------------------------- resources (portable; cluster facts in profiles/)
+# ---------------------------------------------------------------- resources and allocations (cluster facts: site)
+# The site's limits and GPU placement: the file `site` of the config (the user's site profile sets it,
+# profiles/site.example), else the defaults of wneurons.experiment.allocations.Site.
+try:
+    SITE = allocations.Site.from_file(config["site"])
+except ValueError as err:
+    sys.exit(str(err))
+PLANNER = allocations.Planner(config, SITE)
+# Every allocation group (gpu-{model}-{revision}-a{k}) is one group job however many connected components its jobs
+# form: Snakemake looks their number up under the group's parent id, which profiles/slurm's `group-components` sets.
+ALLOCATION_GROUPS = "gpu-allocation"
+# What every member of a GPU allocation asks beyond its work: the site's GPU partition, QOS, constraint, GPU type.
+GPU_SITE = SITE.gpu_resources()
+
+
+def allocation(rule_name):
+    """The group of a job of ``rule_name``: its checkpoint's allocation (wneurons.experiment.allocations)."""
+
+    def group(wildcards):
+        name = PLANNER.group(rule_name, dict(wildcards.items()))
+        workflow.parent_groupids[name] = ALLOCATION_GROUPS
+        return name
+
+    return group
+
+
+def job_runtime(rule_name):
+    """Walltime minutes of a job of ``rule_name`` from its work; not scaled by attempt: a retry runs only the
+    members its allocation did not finish, so the same request has less to do."""
+    return lambda wildcards: PLANNER.minutes(rule_name, dict(wildcards.items()))
+
+
+def job_mem_mb(rule_name):
+    """Memory (MB) of a job of ``rule_name``: its weights at their precision and headroom, x attempt, capped by
+    the site's max_mem_mb."""
+    return lambda wildcards, attempt: allocations.job_mem_mb(
+        config, SITE, rule_name, dict(wildcards.items()), attempt
+    )
+
+
 def mem_mb(wildcards, attempt):
-    """Weights in fp32 plus activations and headroom; grows with each retry."""
+    """Jobs outside the allocations that load a model (conversion, training a suite, POS tags): weights in fp32
+    plus headroom; grows with each retry."""
     params_b = MODELS[wildcards.model]["params_b"]
     return int((3000 + 6000 * params_b) * attempt)
 
 
 def runtime(wildcards, attempt):
-    """Minutes; generous for the largest models, doubled per retry."""
+    """Minutes of a job outside the allocations; doubled per retry."""
     params_b = MODELS[wildcards.model]["params_b"]
     return int((20 + 15 * params_b) * attempt)
 

@@ -8,11 +8,14 @@ rule collect_activations:
         paths.log_file("collect_activations", "{model}/{revision}"),
     benchmark:
         paths.benchmark_file("collect_activations", "{model}/{revision}")
+    group:
+        allocation("collect_activations")
     threads: 2
     resources:
+        **GPU_SITE,
         gpu=1,
-        mem_mb=mem_mb,
-        runtime=runtime,
+        mem_mb=job_mem_mb("collect_activations"),
+        runtime=job_runtime("collect_activations"),
         disk_mb=collect_disk_mb,
     params:
         model=model_spec,
@@ -32,10 +35,13 @@ rule neuron_stats:
         paths.log_file("neuron_stats", "{model}/{revision}"),
     benchmark:
         paths.benchmark_file("neuron_stats", "{model}/{revision}")
+    group:
+        allocation("neuron_stats")
     threads: 2
     resources:
-        mem_mb=mem_mb,
-        runtime=runtime,
+        **GPU_SITE,
+        mem_mb=job_mem_mb("neuron_stats"),
+        runtime=job_runtime("neuron_stats"),
     params:
         model=model_spec,
         stats=stats_params,

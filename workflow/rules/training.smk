@@ -32,10 +32,13 @@ rule weight_rows:
         paths.log_file("weight_rows", "{model}/{revision}"),
     benchmark:
         paths.benchmark_file("weight_rows", "{model}/{revision}")
+    group:
+        allocation("weight_rows")
     threads: 1
     resources:
-        mem_mb=mem_mb,
-        runtime=runtime,
+        **GPU_SITE,
+        mem_mb=job_mem_mb("weight_rows"),
+        runtime=job_runtime("weight_rows"),
     params:
         model=model_spec,
         layer=config["training"]["cohorts"]["layer"],

@@ -1,0 +1,325 @@
+"""What each job costs and which SLURM allocation runs it: the site's limits decide how a checkpoint is split.
+
+Under ``profiles/slurm`` every job that runs a model (collection, its statistics, clean and ablated scoring, the
+matched searches, the pair sample, the weight rows) belongs to an allocation of its checkpoint: a Snakemake group
+``gpu-{model}-{revision}-a{k}`` whose members run in threads of one process and share one loaded model
+(``snakemake_executor_plugin_wneurons_slurm``). A checkpoint is one allocation when its work fits the site's
+walltime limit, and several when it does not: its jobs are packed in dependency order (:func:`checkpoint_jobs`),
+each allocation taking jobs until the next would push its sum of runtimes past the limit. Each allocation still
+loads its model once. docs/design.md ("SLURM: allocations sized to the site") says why this and not one worker.
+
+A job's runtime and memory come from its work, not from a flat per-model guess: tokens it runs through the model
+x parameters x 2 FLOP at the throughput of its precision (:data:`SUSTAINED_TFLOPS`, stated assumptions, or the
+site's own ``tflops``), times a safety margin, plus the load of its model. Snakemake sums the runtimes of a group's
+members that cannot run side by side (one GPU), so the packing bound is also the walltime the allocation asks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from wneurons.experiment.grid import (
+    CAPABILITY,
+    WIKITEXT2_TEST_TOKENS,
+    benchmarks_at,
+    collected_layers,
+    conditions_for,
+    conditions_scored,
+    shard_bytes,
+)
+
+# ---------------------------------------------------------------- work: tokens a job runs through the model
+# Full data sets; the config's caps apply where set.
+BLIMP_PARADIGMS, BLIMP_PAIRS_PER_PARADIGM, BLIMP_TOKENS_PER_SENTENCE = 67, 1000, 12  # SmolLM2's tokenizer: 11.6
+TSE_ITEMS, TSE_SENTENCES, TSE_SUBTASKS, TSE_TOKENS_PER_SENTENCE = 163_124, 337_072, 22, 12  # EMNLP2018 (MANIFEST)
+WIKITEXT2_VALID_TOKENS = 245_000
+# The capability suite (lm-eval): tokens per document (4 choices of ~150 tokens for multiple choice; a stated
+# bound) and the documents of a task without a limit.
+CAPABILITY_TOKENS_PER_DOC, CAPABILITY_DOCS_PER_TASK = 600, 10_000
+
+# The rules whose jobs run a model or its weights, i.e. the members of a checkpoint's allocations, in the order
+# their jobs are packed (a job never comes before one it reads).
+ALLOCATED_RULES = (
+    "collect_activations",
+    "neuron_stats",
+    "weight_rows",
+    "pair_sample",
+    "score_clean",
+    "score_ablation",
+    "matched_search",
+)
+# Members that use no GPU: they run beside the GPU jobs of their allocation.
+CPU_MEMBERS = ("neuron_stats", "weight_rows")
+
+
+def blimp_tokens(evaluation: dict) -> float:
+    per = evaluation.get("blimp_pairs_per_paradigm") or BLIMP_PAIRS_PER_PARADIGM
+    return 2 * BLIMP_PARADIGMS * min(per, BLIMP_PAIRS_PER_PARADIGM) * BLIMP_TOKENS_PER_SENTENCE
+
+
+def tse_tokens(evaluation: dict) -> float:
+    per = evaluation.get("tse_items_per_subtask")
+    sentences = TSE_SENTENCES if per is None else min(TSE_SENTENCES, TSE_SENTENCES / TSE_ITEMS * TSE_SUBTASKS * per)
+    return sentences * TSE_TOKENS_PER_SENTENCE
+
+
+def capability_tokens(evaluation: dict) -> float:
+    capability = evaluation["capability"]
+    limits = capability.get("limits") or {}
+    docs = sum(limits.get(t) or CAPABILITY_DOCS_PER_TASK for t in capability.get("tasks") or [])
+    return docs * CAPABILITY_TOKENS_PER_DOC
+
+
+def perplexity_tokens(evaluation: dict) -> float:
+    return evaluation.get("perplexity_max_tokens") or WIKITEXT2_VALID_TOKENS
+
+
+def tokens_of(config: dict, rule: str, wildcards: dict) -> float:
+    """Tokens one job of ``rule`` runs through its model (0 for jobs that run none)."""
+    evaluation = config["evaluation"]
+    if rule == "collect_activations":
+        return config["neurons"]["max_tokens"] or WIKITEXT2_TEST_TOKENS
+    if rule == "pair_sample":
+        return config["pairs"]["max_tokens"] or WIKITEXT2_VALID_TOKENS
+    if rule == "matched_search":
+        return perplexity_tokens(evaluation) * config["ablation"]["matched"]["max_steps"]
+    per_benchmark = {"blimp": blimp_tokens, "tse": tse_tokens, "ppl": perplexity_tokens, CAPABILITY: capability_tokens}
+    benchmark = wildcards.get("benchmark")
+    return per_benchmark[benchmark](evaluation) if benchmark in per_benchmark else 0.0
+
+
+# ---------------------------------------------------------------- cost: minutes and memory of one job
+# Sustained TFLOP/s of one GPU job by precision: stated assumptions for an 80 GB H100/H200-class GPU running batched
+# inference of short sequences (~40% of dense peak: fp32 67, tf32 495, bf16 990 TFLOP/s on an H100 SXM), lowered
+# for the A100's 19.5 / 156 / 312. The site's `tflops` replaces them (profiles/site.example).
+SUSTAINED_TFLOPS = {"fp32": 20.0, "tf32": 100.0, "bf16": 200.0}
+# Spellings of a precision in the config (the dtype keys) -> the keys above.
+PRECISIONS = {"fp32": "fp32", "float32": "fp32", "tf32": "tf32", "bf16": "bf16", "bfloat16": "bf16"}
+PRECISIONS |= {"float16": "bf16", "fp16": "bf16"}
+BYTES_PER_PARAM = {"fp32": 4, "tf32": 4, "bf16": 2}
+# What a job pays before its first forward pass: imports and the job's setup (seconds), then its weights from a
+# parallel file system (GB/s). Paid once per allocation in practice (the model pool); counted per job, an upper bound.
+STARTUP_S, LOAD_GBPS = 60.0, 1.0
+# Neuron statistics (CPU, the allocation's threads): bytes of shards read and sorted per second; the weight rows:
+# bytes of a checkpoint's weight files read per second. Measured on the demo (2 cores): statistics ~60 MB/s.
+STATS_BYTES_PER_S, WEIGHT_READ_BYTES_PER_S = 30e6, 200e6
+
+
+def precision_of(config: dict, rule: str) -> str:
+    """The precision a rule's jobs run at: collection at ``neurons.dtype``, everything else ``evaluation.dtype``."""
+    dtype = config["neurons" if rule == "collect_activations" else "evaluation"]["dtype"]
+    if dtype not in PRECISIONS:
+        raise ValueError(f"unknown precision {dtype!r}; one of {sorted(PRECISIONS)}")
+    return PRECISIONS[dtype]
+
+
+SITE_GPU_RESOURCES = {"gpu_partition": "slurm_partition", "gpu_qos": "qos", "gpu_constraint": "constraint"}
+SITE_GPU_RESOURCES["gpu_model"] = "gpu_model"
+
+
+@dataclass(frozen=True)
+class Site:
+    """A SLURM site's limits and speed (the user's site file, profiles/site.example/site.yaml): the largest walltime
+    (minutes) and memory (MB) one allocation may ask, the sustained TFLOP/s of one job on its GPU (None:
+    :data:`SUSTAINED_TFLOPS` by precision), the safety margin on compute, and where GPU allocations go."""
+
+    max_runtime: int = 24 * 60
+    max_mem_mb: int | None = None
+    tflops: float | None = None
+    margin: float = 2.0
+    gpu_partition: str | None = None
+    gpu_qos: str | None = None
+    gpu_constraint: str | None = None
+    gpu_model: str | None = None
+
+    @classmethod
+    def from_file(cls, path: str | None) -> Site:
+        """The site of a YAML file (None: the defaults); a wrong key or value is a ValueError naming file and key."""
+        if path is None:
+            return cls()
+        import yaml
+
+        try:
+            values = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ValueError(f"site file {path}: {err}".splitlines()[0]) from None
+        if not isinstance(values, dict):
+            raise ValueError(f"site file {path}: not a mapping of settings")
+        known = {f.name: f for f in fields(cls)}
+        for key, value in values.items():
+            if key not in known:
+                raise ValueError(f"site file {path}: unknown key {key!r}; one of {', '.join(known)}")
+            numeric = key in ("max_runtime", "max_mem_mb", "tflops", "margin")
+            if value is not None and numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ValueError(f"site file {path}: {key} {value!r} is not a number")
+            if value is not None and not numeric and not isinstance(value, str):
+                raise ValueError(f"site file {path}: {key} {value!r} is not a string")
+        site = cls(**values)
+        problem = site.problem()
+        if problem:
+            raise ValueError(f"site file {path}: {problem}")
+        return site
+
+    def problem(self) -> str | None:
+        if self.max_runtime < 5:
+            return f"max_runtime {self.max_runtime} minutes: an allocation needs at least 5"
+        if self.margin < 1:
+            return f"margin {self.margin}: below 1 the estimate is not a bound"
+        if self.tflops is not None and self.tflops <= 0:
+            return f"tflops {self.tflops}: must be positive"
+        if self.max_mem_mb is not None and self.max_mem_mb < 1000:
+            return f"max_mem_mb {self.max_mem_mb}: below 1000 MB no job fits"
+        return None
+
+    def gpu_resources(self) -> dict[str, str]:
+        """What every member of a GPU allocation declares beyond its work (identical for all members of a group, as
+        Snakemake requires of string resources): partition, QOS, constraint, GPU type."""
+        return {r: getattr(self, s) for s, r in SITE_GPU_RESOURCES.items() if getattr(self, s)}
+
+
+def load_minutes(params_b: float, precision: str) -> float:
+    return (STARTUP_S + params_b * BYTES_PER_PARAM[precision] / LOAD_GBPS) / 60
+
+
+def job_minutes(config: dict, site: Site, rule: str, wildcards: dict) -> int:
+    """Walltime minutes one job of ``rule`` may need: margin x its compute, plus its model's load."""
+    model = config["models"][wildcards["model"]]
+    params_b = model["params_b"]
+    if rule == "neuron_stats":
+        layers = collected_layers(config, wildcards["model"], wildcards["revision"])
+        seconds = shard_bytes(config, wildcards["model"], layers) / STATS_BYTES_PER_S
+        return math.ceil(site.margin * seconds / 60 + STARTUP_S / 60)
+    if rule == "weight_rows":
+        seconds = params_b * 1e9 * 2 / WEIGHT_READ_BYTES_PER_S  # worst case: every weight file read (.bin shards)
+        return math.ceil(site.margin * seconds / 60 + STARTUP_S / 60)
+    precision = precision_of(config, rule)
+    tflops = site.tflops or SUSTAINED_TFLOPS[precision]
+    seconds = 2 * params_b * 1e9 * tokens_of(config, rule, wildcards) / (tflops * 1e12)
+    return math.ceil(site.margin * seconds / 60 + load_minutes(params_b, precision))
+
+
+def job_mem_mb(config: dict, site: Site, rule: str, wildcards: dict, attempt: int = 1) -> int:
+    """Host memory (MB) of one job: its weights at their precision, 50% over for loading, and 2 GB of process; the
+    statistics hold three layers of shards; the weight rows one checkpoint file (at most 10 GB). Grows with
+    ``attempt`` (a job killed for memory asks more), never past the site's limit."""
+    model = config["models"][wildcards["model"]]
+    if rule == "neuron_stats":
+        layers = collected_layers(config, wildcards["model"], wildcards["revision"])
+        n_layers = len(layers) if layers is not None else model["num_layers"]
+        mb = 2000 + 3 * shard_bytes(config, wildcards["model"], layers) / n_layers / 2**20
+    elif rule == "weight_rows":
+        mb = 2000 + min(10_000, model["params_b"] * 2000)
+    else:
+        mb = 2000 + 1.5 * model["params_b"] * BYTES_PER_PARAM[precision_of(config, rule)] * 1000
+    mb = int(mb * attempt)
+    return min(mb, site.max_mem_mb) if site.max_mem_mb else mb
+
+
+# ---------------------------------------------------------------- allocations: a checkpoint's jobs, packed
+JobKey = tuple[str, tuple[tuple[str, str], ...]]  # (rule, sorted wildcards)
+
+
+def job_key(rule: str, wildcards: dict) -> JobKey:
+    return rule, tuple(sorted((k, str(v)) for k, v in wildcards.items()))
+
+
+def checkpoint_jobs(config: dict, model: str, revision: str) -> list[tuple[str, dict]]:
+    """Every job of the allocated rules at one checkpoint, in packing order: collection and statistics, the weight
+    rows and pair sample (which read nothing of the others), clean scores, the ablations that need no search, the
+    matched searches (which read the clean and the wasserstein perplexity), then the matched ablations."""
+    spec = config["models"][model]
+    base = {"model": model, "revision": revision}
+    jobs: list[tuple[str, dict]] = []
+    if revision in (spec["final_revision"], *spec["checkpoints"]):
+        jobs += [("collect_activations", base), ("neuron_stats", base)]
+    if revision in spec["weight_checkpoints"]:
+        jobs.append(("weight_rows", base))
+    if _pair_sampled(config, model, revision):
+        jobs.append(("pair_sample", base))
+    scored = revision in (spec["final_revision"], *spec["checkpoints"])
+    benchmarks = benchmarks_at(config, model, revision) if scored else []
+    jobs += [("score_clean", base | {"benchmark": b}) for b in benchmarks]
+
+    def ablations(matched: bool) -> list[tuple[str, dict]]:
+        return [
+            ("score_ablation", base | c._asdict() | {"trial": str(c.trial), "benchmark": b})
+            for b in benchmarks
+            for c in conditions_scored(config, model, revision, b)
+            if (c.selector == "matched") == matched
+        ]
+
+    jobs += ablations(matched=False)
+    matched = conditions_for(config, model, revision) if scored else []
+    searches = dict.fromkeys((c.scope, c.percent) for c in matched if c.selector == "matched")
+    jobs += [("matched_search", base | {"scope": s, "percent": p}) for s, p in searches]
+    return jobs + ablations(matched=True)
+
+
+def _pair_sampled(config: dict, model: str, revision: str) -> bool:
+    """Whether the checkpoint has a pair sample packed with its other jobs: the final revision of the analyses'
+    models, every revision of the models whose pair signs are followed. Not when the sample is read from the kept
+    test shards (pairs.source: test_shards): those are written by a local job after collection, and an allocation
+    may not be left and re-entered, so the sample is an allocation of its own (:meth:`Planner.group`)."""
+    from wneurons.experiment import targets  # targets imports grid, as this module does
+
+    if config["pairs"]["source"] == "test_shards":
+        return False
+    final = revision == config["models"][model]["final_revision"]
+    sampled = final and model in targets.analysis_models(config)
+    return sampled or (model in targets.pair_models(config) and revision in targets.revisions(config, model))
+
+
+def pack(minutes: list[int], limit: int) -> list[int]:
+    """Allocation index of each job, in order: an allocation takes jobs while their sum stays within ``limit``."""
+    index, used, out = 0, 0, []
+    for m in minutes:
+        if used and used + m > limit:
+            index, used = index + 1, 0
+        used += m
+        out.append(index)
+    return out
+
+
+class AllocationTooLong(ValueError):
+    """One job alone needs more walltime than the site allows."""
+
+
+class Planner:
+    """The allocations of a run's checkpoints under one site, computed once per checkpoint (the group function
+    of every allocated rule asks it for each job of the DAG)."""
+
+    def __init__(self, config: dict, site: Site) -> None:
+        self.config, self.site = config, site
+        self._plans: dict[tuple[str, str], dict[JobKey, int]] = {}
+
+    def minutes(self, rule: str, wildcards: dict) -> int:
+        return job_minutes(self.config, self.site, rule, wildcards)
+
+    def plan(self, model: str, revision: str) -> dict[JobKey, int]:
+        """{job: allocation index} of one checkpoint. A job longer than the site's limit is an error naming it."""
+        if (model, revision) not in self._plans:
+            jobs = checkpoint_jobs(self.config, model, revision)
+            minutes = [self.minutes(rule, w) for rule, w in jobs]
+            for (rule, w), m in zip(jobs, minutes, strict=True):
+                if m > self.site.max_runtime:
+                    raise AllocationTooLong(
+                        f"{rule} {'/'.join(str(v) for v in w.values())} needs {m} minutes, more than the site's "
+                        f"max_runtime {self.site.max_runtime} (wneurons-slurm-max-runtime): raise it, or cap the "
+                        "job's data (evaluation.*_per_*, perplexity_max_tokens, neurons.max_tokens)"
+                    )
+            indices = pack(minutes, self.site.max_runtime)
+            self._plans[model, revision] = {job_key(r, w): i for (r, w), i in zip(jobs, indices, strict=True)}
+        return self._plans[model, revision]
+
+    def group(self, rule: str, wildcards: dict) -> str:
+        """The allocation (Snakemake group) of one job: ``gpu-{model}-{revision}-a{k}``."""
+        model, revision = wildcards["model"], wildcards["revision"]
+        key = job_key(rule, dict(wildcards.items()))
+        index = self.plan(model, revision).get(key)
+        if index is None:
+            # A job the plan does not list (a target asked for by hand outside the config's grid) gets an
+            # allocation of its own.
+            return f"gpu-{model}-{revision}-{rule}"
+        return f"gpu-{model}-{revision}-a{index}"
