@@ -85,38 +85,55 @@ def staged_manifest_of(spec: dict, weights: bool = True) -> dict | None:
     return manifest
 
 
-def load_configured_model(spec: dict, dtype: str):
-    """Load the model of a config entry (its staged hub revision, or a local directory) and check its layer count
-    and, where the entry names one, its family against the loaded model's. A staged revision is read with the hub
-    turned off (:func:`wneurons.lm.models.load_staged`)."""
-    from wneurons.lm.models import job_device, load_model, load_staged
+def load_configured_model(spec: dict, dtype: str, device: str | None = None):
+    """Load the model of a config entry (its staged hub revision, or a local directory) onto ``device`` (default
+    :func:`wneurons.lm.models.job_device`) in the precision ``dtype`` names, and check its layer count and, where
+    the entry names one, its family against the loaded model's. A staged revision is read with the hub turned off
+    (:func:`wneurons.lm.models.load_staged`). The model carries ``wneurons_runtime`` (precision, device, device
+    name) for :func:`model_provenance`."""
+    from wneurons.lm.models import device_name, job_device, load_model, load_staged, resolve_precision
     from wneurons.lm.registry import check_family, preactivation_modules
 
+    precision = resolve_precision(dtype)
+    device = device or job_device()
     if staged_manifest_of(spec) is not None:
-        model, tokenizer, _ = load_staged(spec[STAGED], dtype=dtype, device=job_device())
+        model, tokenizer, _ = load_staged(spec[STAGED], dtype=precision.name, device=device)
     else:
         source, location, revision = model_location(spec)
         where = {source: location} | ({"revision": revision} if revision is not None else {})
-        model, tokenizer = load_model(**where, dtype=dtype, device=job_device())
+        model, tokenizer = load_model(**where, dtype=precision.name, device=device)
     check_family(spec.get("family"), model, f"models.{spec['name']}.family")
     n_layers = len(preactivation_modules(model))
     if n_layers != spec["num_layers"]:
         raise ValueError(
             f"models.{spec['name']}.num_layers is {spec['num_layers']} but the loaded model has {n_layers} layers"
         )
+    model.wneurons_runtime = {"precision": precision.name, "device": str(device), "device_name": device_name(device)}
     return model, tokenizer
 
 
 @contextlib.contextmanager
 def configured_model(spec: dict, dtype: str) -> Iterator[tuple[Any, Any]]:
-    """``(model, tokenizer)`` of a config entry for the length of a job: loaded once per process and lent to the
-    next job of the same model from :data:`wneurons.lm.model_pool.POOL` (see :mod:`wneurons.jobs.inprocess`)."""
+    """``(model, tokenizer)`` of a config entry for the length of a job, in the precision ``dtype`` names
+    (:data:`wneurons.lm.models.PRECISIONS`), on a device of its own while it runs
+    (:func:`wneurons.lm.models.device_slot`: with N GPUs, concurrent jobs get ``cuda:0`` .. ``cuda:N-1``; a job
+    given a GPU that CUDA cannot use fails here, before any load), with TF32 on or off for its matmuls
+    (:func:`wneurons.lm.models.matmul_precision`). Loaded once per process and lent to the next job of the same
+    model, precision and device from :data:`wneurons.lm.model_pool.POOL` (see :mod:`wneurons.jobs.inprocess`)."""
     from wneurons.lm.model_pool import POOL
-    from wneurons.lm.models import job_device
+    from wneurons.lm.models import device_slot, matmul_precision, resolve_precision
 
-    key = (spec["name"], model_location(spec)[1], spec["revision"], dtype, job_device())
-    with POOL.checkout(key, lambda: load_configured_model(spec, dtype)) as loaded:
-        yield loaded
+    precision = resolve_precision(dtype)
+    with device_slot() as device, matmul_precision(precision, device):
+        key = (spec["name"], model_location(spec)[1], spec["revision"], precision.name, device)
+        with POOL.checkout(key, lambda: load_configured_model(spec, precision.name, device)) as loaded:
+            yield loaded
+
+
+def runtime_provenance(model) -> dict:
+    """The precision the model runs in, its device and the device's name ("cpu" or the GPU's), as loaded by
+    :func:`load_configured_model`; empty for a model loaded otherwise."""
+    return dict(getattr(model, "wneurons_runtime", {}))
 
 
 def configured_tokenizer(spec: dict):
@@ -141,13 +158,16 @@ def window_bos_of(spec: dict, model, tokenizer) -> tuple[bool, str]:
 
 def model_provenance(spec: dict, model=None) -> dict:
     """Model name, family (the loaded model's ``model_type`` when given the model, else the entry's), revision,
-    source; for a staged hub revision the commit it resolved to and its weight digest (from the manifest, which
-    pruning keeps); the conversion record of converted models (their directory's ``SOURCE.json``)."""
+    source; given the model, the precision it ran in and its device (:func:`runtime_provenance`); for a staged hub
+    revision the commit it resolved to and its weight digest (from the manifest, which pruning keeps); the
+    conversion record of converted models (their directory's ``SOURCE.json``)."""
     from wneurons.store.staged import staged_provenance
 
     source, location, _ = model_location(spec)
     family = model.config.model_type if model is not None else spec.get("family")
     prov = {"model": spec["name"], "family": family, "revision": spec["revision"], "source": location}
+    if model is not None:
+        prov |= runtime_provenance(model)
     if STAGED in spec:
         staged = staged_provenance(spec[STAGED])
         prov |= {"commit": staged["commit"], "weights_sha256": staged["weights_sha256"]}

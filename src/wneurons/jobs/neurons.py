@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from wneurons.jobs.base import configured_model, model_provenance, window_bos_of
+from wneurons.jobs.base import configured_model, model_provenance, runtime_provenance, window_bos_of
 from wneurons.store import io
 
 log = logging.getLogger("wneurons")
@@ -21,7 +21,8 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
     """Run the model over WikiText-2 test and cache every layer's pre-activations as shards in ``out_dir``;
     ``params["shard_io"]``: how they are written (``neurons.shard_io``; the shard store decides what "auto" means).
     Each window starts with a BOS when the model entry's ``window_bos`` (or its family's default) says so;
-    index.json records the choice, its reason and the family."""
+    index.json records the choice, its reason, the family, and the precision and device the model ran in
+    (``params["dtype"]``: ``neurons.dtype``)."""
     from wneurons.lm.activations import collect_activation_shards
     from wneurons.store.data import wikitext_split
 
@@ -42,7 +43,7 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
             io=params["shard_io"],
             model_name=spec["name"],
             window_bos=window_bos,
-            record={"family": model.config.model_type, "window_bos_reason": reason},
+            record={"family": model.config.model_type, "window_bos_reason": reason} | runtime_provenance(model),
         )
 
 
@@ -70,6 +71,10 @@ def neuron_stats_job(spec: dict, shard_dir: str, out_path: str, params: dict) ->
         data="wikitext-2 test",
         window_bos=shard_index.get("window_bos"),
         window_bos_reason=shard_index.get("window_bos_reason"),
+        # How the activations were computed (absent from shards collected before precisions were recorded).
+        precision=shard_index.get("precision"),
+        device=shard_index.get("device"),
+        device_name=shard_index.get("device_name"),
         text_sha256=shard_index.get("text_sha256"),
         n_tokens=shard_index.get("n_tokens"),
         wd_method=params["wd_method"],

@@ -29,6 +29,7 @@ import torch
 from wneurons.lm import registry
 from wneurons.lm.hooks import StopForward, forward_until_stopped, preactivation_hooks
 from wneurons.lm.perplexity import window_bos_token
+from wneurons.lm.scoring import run_in_batches
 from wneurons.store.io import atomic_directory, provenance, write_json
 from wneurons.store.shards import FORMAT_VERSION, INDEX_FILE, SHARD_DTYPES, SHARD_IO_MODES, ShardFiles
 
@@ -283,28 +284,36 @@ def collect_activation_shards(
         if not writer.files.direct and io == "auto":
             log.info("collect %s: shards go through the page cache: %s", model_name, writer.files.buffered_reason)
         start = last_log = time.perf_counter()
+        forwards = 0  # whole forward passes done: every hook has fired this many times
+
+        def collect_windows(first: int, stop: int) -> None:
+            nonlocal forwards, last_log
+            # A range retried after a CUDA OOM (run_in_batches) starts from the last whole forward: the blocks its
+            # failed pass queued are written again at the same places, with the values of the smaller batches.
+            writer.calls[:] = forwards
+            writer.offset = first * window
+            forward_until_stopped(trunk, input_ids=windows[first:stop].to(device), use_cache=False)
+            writer.offset = stop * window
+            if not (writer.calls == forwards + 1).all():
+                missing = [layer_ids[i] for i in np.flatnonzero(writer.calls != forwards + 1).tolist()]
+                raise RuntimeError(f"{model_name}: projection hooks of layers {missing} did not fire once")
+            forwards += 1
+            now = time.perf_counter()
+            if now - last_log >= progress_every or writer.offset == n_tokens:
+                rate = writer.offset / (now - start)
+                log.info(
+                    "collect %s: %d/%d tokens, %.0f tokens/s, ETA %.0f s",
+                    model_name,
+                    writer.offset,
+                    n_tokens,
+                    rate,
+                    (n_tokens - writer.offset) / rate,
+                )
+                last_log = now
+
         try:
             with preactivation_hooks(model, writer.hooks(), modules=modules), torch.inference_mode():
-                for first in range(0, n_windows, batch_size):
-                    batch = windows[first : first + batch_size].to(device)
-                    forward_until_stopped(trunk, input_ids=batch, use_cache=False)
-                    writer.offset += batch.numel() - (batch.shape[0] if bos is not None else 0)
-                    if not (writer.calls == first // batch_size + 1).all():
-                        missing = np.flatnonzero(writer.calls != first // batch_size + 1).tolist()
-                        missing = [layer_ids[i] for i in missing]
-                        raise RuntimeError(f"{model_name}: projection hooks of layers {missing} did not fire once")
-                    now = time.perf_counter()
-                    if now - last_log >= progress_every or writer.offset == n_tokens:
-                        rate = writer.offset / (now - start)
-                        log.info(
-                            "collect %s: %d/%d tokens, %.0f tokens/s, ETA %.0f s",
-                            model_name,
-                            writer.offset,
-                            n_tokens,
-                            rate,
-                            (n_tokens - writer.offset) / rate,
-                        )
-                        last_log = now
+                run_in_batches(n_windows, batch_size, collect_windows)  # a CUDA OOM halves the batch and retries
             writer.flush()
         finally:
             writer.close()

@@ -222,21 +222,33 @@ def score_suite(
         raise ValueError(f"item limits name task(s) {', '.join(unknown)} not in the suite ({', '.join(sorted(tasks))})")
     n_docs = {name: len(task.eval_docs) for name, task in tasks.items()}
     chosen = {name: select_items(n_docs[name], suite.limit_of(name), suite.seed) for name in tasks}
-    lm = _harness_model(model, tokenizer, batch_size, max_length)
-    results = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=list(tasks.values()),
-        task_manager=manager,
-        num_fewshot=suite.num_fewshot,
-        samples={name: ids for name, ids in chosen.items() if ids is not None} or None,
-        log_samples=True,
-        # The project computes its own paired statistics; lm-eval's bootstrap would only cost time.
-        bootstrap_iters=0,
-        random_seed=None,
-        numpy_random_seed=None,
-        torch_random_seed=None,
-        fewshot_random_seed=suite.seed,
-    )
+    while True:
+        lm = _harness_model(model, tokenizer, batch_size, max_length)
+        try:
+            results = lm_eval.simple_evaluate(
+                model=lm,
+                tasks=list(tasks.values()),
+                task_manager=manager,
+                num_fewshot=suite.num_fewshot,
+                samples={name: ids for name, ids in chosen.items() if ids is not None} or None,
+                log_samples=True,
+                # The project computes its own paired statistics; lm-eval's bootstrap would only cost time.
+                bootstrap_iters=0,
+                random_seed=None,
+                numpy_random_seed=None,
+                torch_random_seed=None,
+                fewshot_random_seed=suite.seed,
+            )
+            break
+        except torch.cuda.OutOfMemoryError:
+            if batch_size == 1:
+                raise
+        # lm-eval batches inside simple_evaluate: a CUDA OOM reruns the whole suite at half the batch size.
+        log.warning("CUDA out of memory at batch %d: retrying at %d", batch_size, batch_size // 2)
+        del lm
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        batch_size //= 2
     names = sorted(tasks)
     items = items_frame(results["samples"], names)
     summary_tasks = {}

@@ -14,10 +14,12 @@ key of each GGUF model source to its converter (the table of sources is ``wneuro
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.metadata
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +32,16 @@ from wneurons.store.io import atomic_directory, provenance, sha256_file, write_j
 __all__ = [
     "DTYPES",
     "GGUF_CONVERTERS",
+    "PRECISIONS",
+    "DeviceUnavailableError",
+    "Precision",
     "convert_gguf_file",
     "convert_gguf_source",
     "convert_gguf_wheel",
     "load_model",
     "load_staged",
+    "matmul_precision",
+    "resolve_precision",
     "tokenizer_adds_bos",
 ]
 
@@ -65,18 +72,80 @@ def import_transformers() -> None:
             _IMPORTED = True
 
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """How a stage runs its model (config ``neurons.dtype`` / ``evaluation.dtype``): the dtype of the weights and
+    matmuls, and whether float32 matmuls may use TF32 tensor cores on a CUDA device. Log-sum-exp / log-softmax
+    (:func:`wneurons.lm.scoring.target_logprobs`, lm-eval's ``softmax_dtype``) and the WD / MD statistics
+    (float16/float32 shards, float64 sums: :mod:`wneurons.core.stats`) are float32 or wider whatever the precision."""
+
+    name: str
+    weights: torch.dtype
+    tf32: bool  # CUDA only: TF32 (10-bit mantissa inputs, float32 accumulation); nothing changes on the CPU
+
+
+PRECISIONS: dict[str, Precision] = {
+    "fp32": Precision("fp32", torch.float32, tf32=False),  # full IEEE float32 matmuls (PyTorch's CUDA default)
+    "tf32": Precision("tf32", torch.float32, tf32=True),  # float32 weights; on the CPU identical to fp32
+    "bf16": Precision("bf16", torch.bfloat16, tf32=False),
+    "fp16": Precision("fp16", torch.float16, tf32=False),  # kept for old configs; overflow-prone, not advised
+}
+# The spellings configs used before precisions had names (torch's dtype names): each means the same precision.
+PRECISION_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+# Every accepted spelling -> its weights' torch dtype (``load_model``'s ``dtype``).
+DTYPES: dict[str, torch.dtype] = {name: p.weights for name, p in PRECISIONS.items()} | {
+    alias: PRECISIONS[name].weights for alias, name in PRECISION_ALIASES.items()
 }
 
 
-def _torch_dtype(name: str) -> torch.dtype:
+def resolve_precision(name: str) -> Precision:
+    """The :class:`Precision` of a config spelling ("fp32", "tf32", "bf16", or an old "float32" / "bfloat16" /
+    "float16"); ValueError naming the valid ones otherwise."""
     try:
-        return DTYPES[name]
-    except KeyError:
+        return PRECISIONS[PRECISION_ALIASES.get(name, name)]
+    except (KeyError, TypeError):
         raise ValueError(f"dtype {name!r} is not one of {', '.join(DTYPES)}") from None
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    return resolve_precision(name).weights
+
+
+# TF32 is a process-wide switch of the CUDA backends: jobs sharing a process (wneurons.jobs.inprocess) run on a
+# CUDA device side by side only with jobs that want the same setting, as torch_threads does for the thread count.
+_tf32_cond = threading.Condition()
+_tf32_current: bool | None = None
+_tf32_users = 0
+
+
+def _set_tf32(on: bool) -> None:
+    mode = "tf32" if on else "ieee"
+    torch.backends.cuda.matmul.fp32_precision = mode
+    torch.backends.cudnn.conv.fp32_precision = mode
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str | Precision, device: str | torch.device) -> Iterator[None]:
+    """Run the body with the CUDA backends' float32 matmuls in TF32 (``tf32``) or full IEEE float32 (every other
+    precision) when ``device`` is a CUDA device; waits while jobs of this process that want the other setting run.
+    On the CPU nothing is set: there ``tf32`` is exactly ``fp32``."""
+    global _tf32_current, _tf32_users
+    if torch.device(device).type != "cuda":
+        yield
+        return
+    want = (precision if isinstance(precision, Precision) else resolve_precision(precision)).tf32
+    with _tf32_cond:
+        _tf32_cond.wait_for(lambda: _tf32_users == 0 or _tf32_current == want)
+        if _tf32_users == 0:
+            _set_tf32(want)
+        _tf32_current = want
+        _tf32_users += 1
+    try:
+        yield
+    finally:
+        with _tf32_cond:
+            _tf32_users -= 1
+            _tf32_cond.notify_all()
 
 
 def _prepare(model: torch.nn.Module, tokenizer: Any, name: str) -> tuple[torch.nn.Module, Any]:
@@ -106,7 +175,8 @@ def load_model(
     """Load ``(model, tokenizer)`` from exactly one of ``hub_id`` (at ``revision``, e.g. Pythia's "step1000")
     or ``local_path`` (a ``save_pretrained`` directory; ``revision`` must then stay "main").
 
-    ``dtype`` is one of :data:`DTYPES` ("float32", "bfloat16", "float16"). The model is in eval mode on
+    ``dtype`` is a precision of :data:`PRECISIONS` ("fp32", "tf32", "bf16", "fp16") or its old spelling
+    ("float32", "bfloat16", "float16"): the weights' dtype (tf32 loads float32 weights). The model is in eval mode on
     ``device`` with ``requires_grad`` off; the tokenizer is fast and has a pad token. Raises
     :class:`~wneurons.lm.registry.UnsupportedFamilyError` from the config, before any weights are loaded.
     """
@@ -129,10 +199,126 @@ def load_staged(
     return model, tokenizer, staged_provenance(staged_dir)
 
 
+class DeviceUnavailableError(RuntimeError):
+    """A job was given a GPU (or asked for CUDA) and CUDA cannot be used: it fails at once instead of running for
+    hours on the CPU."""
+
+
+# Environment variables that say the job was given a GPU: SLURM's (--gpus / --gres) and CUDA's own mask.
+GPU_ALLOCATION_VARIABLES = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
+_NO_GPU_VALUES = {"", "-1", "none", "nodevfiles"}  # what these variables hold when no GPU was given
+
+
+def gpu_allocation(env: Mapping[str, str]) -> str | None:
+    """``NAME=value`` of the first variable of :data:`GPU_ALLOCATION_VARIABLES` that says a GPU was given, or None
+    (an empty, ``-1`` or ``NoDevFiles`` mask and ``SLURM_GPUS_ON_NODE=0`` give none; ``CUDA_VISIBLE_DEVICES=0``
+    names device 0)."""
+    for name in GPU_ALLOCATION_VARIABLES:
+        value = env.get(name)
+        if value is None:
+            continue
+        v = value.strip().lower()
+        if v in _NO_GPU_VALUES or (name == "SLURM_GPUS_ON_NODE" and v == "0"):
+            continue
+        return f"{name}={value}"
+    return None
+
+
+def cuda_unusable_reason() -> str:
+    """Why ``torch.cuda.is_available()`` is false, in one line: a CPU-only torch build, or CUDA's own error (an
+    old driver, no device behind the mask)."""
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build (no CUDA)"
+    try:
+        torch.cuda.init()
+    except Exception as err:  # the driver's own message says what is wrong
+        return " ".join(str(err).split())[:300]
+    return f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees {torch.cuda.device_count()} device(s)"
+
+
+def job_devices(
+    env: Mapping[str, str], cuda_available: bool, device_count: int, reason: Callable[[], str] = cuda_unusable_reason
+) -> list[str]:
+    """The devices the model-running jobs of one process take turns on, one job per device at a time:
+
+    - ``WNEURONS_DEVICE=cpu``: the CPU, even in a GPU allocation (the only way to run a GPU job on the CPU);
+    - ``WNEURONS_DEVICE=cuda`` / ``cuda:i`` (or another torch device): that device, every visible GPU for ``cuda``;
+    - otherwise every visible GPU ``cuda:0`` .. ``cuda:N-1`` when CUDA is usable, else the CPU.
+
+    Raises :class:`DeviceUnavailableError` (one line naming the cause) when CUDA was asked for or a GPU was
+    given (:func:`gpu_allocation`) and CUDA cannot be used."""
+    requested = (env.get("WNEURONS_DEVICE") or "").strip()
+    if requested == "cpu":
+        return ["cpu"]
+    all_gpus = [f"cuda:{i}" for i in range(device_count)]
+    wants_cuda = requested.split(":")[0] == "cuda"
+    if requested and not wants_cuda:
+        return [requested]
+    given = f"WNEURONS_DEVICE={requested}" if wants_cuda else gpu_allocation(env)
+    if given and not (cuda_available and device_count > 0):
+        raise DeviceUnavailableError(
+            f"this job was given a GPU ({given}) but CUDA cannot be used: {reason()}; "
+            "set WNEURONS_DEVICE=cpu to run it on the CPU on purpose"
+        )
+    if requested in ("", "cuda"):
+        return all_gpus or ["cpu"]
+    if requested not in all_gpus:
+        raise DeviceUnavailableError(f"WNEURONS_DEVICE={requested} but torch sees only {all_gpus}")
+    return [requested]
+
+
+class DeviceSlots:
+    """One process's devices, each lent to one job at a time (a semaphore-guarded list): with N GPUs visible,
+    N concurrent jobs run on ``cuda:0`` .. ``cuda:N-1`` and a further one waits. The CPU is shared by any number."""
+
+    def __init__(self, devices: list[str]):
+        self.devices = list(devices)
+        self._free = list(devices)
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[str]:
+        if self.devices == ["cpu"]:
+            yield "cpu"
+            return
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._free))
+            device = self._free.pop(0)
+        try:
+            yield device
+        finally:
+            with self._cond:
+                self._free.append(device)
+                self._free.sort(key=self.devices.index)  # lowest free index first: stable assignment
+                self._cond.notify()
+
+
+_SLOTS: dict[tuple[str, ...], DeviceSlots] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def device_slot(env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Hold a device of this process for the body (:class:`DeviceSlots` over :func:`job_devices` of ``env``,
+    default ``os.environ``); fails at once with :class:`DeviceUnavailableError` when a GPU was given but CUDA is
+    unusable."""
+    devices = job_devices(os.environ if env is None else env, torch.cuda.is_available(), torch.cuda.device_count())
+    with _SLOTS_LOCK:
+        slots = _SLOTS.setdefault(tuple(devices), DeviceSlots(devices))
+    with slots.slot() as device:
+        yield device
+
+
 def job_device() -> str:
-    """Where a job's model runs: ``$WNEURONS_DEVICE`` if set, else the GPU when torch sees one (a SLURM job gets
-    one with ``gpu=1``), else the CPU."""
-    return os.environ.get("WNEURONS_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    """The first device a job of this process would get (:func:`job_devices`); jobs take theirs from
+    :func:`device_slot`."""
+    return job_devices(os.environ, torch.cuda.is_available(), torch.cuda.device_count())[0]
+
+
+def device_name(device: str | torch.device) -> str:
+    """What a result's provenance says the model ran on: the GPU's name (``torch.cuda.get_device_name``) or "cpu"."""
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
 def load_tokenizer(source: str, revision: str | None = None, *, local_files_only: bool = False) -> Any:

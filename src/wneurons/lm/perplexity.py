@@ -18,6 +18,7 @@ from wneurons.lm.scoring import (
     leading_bos,
     model_device,
     resolve_convention,
+    run_in_batches,
     target_logprobs,
 )
 
@@ -102,12 +103,15 @@ def perplexity(
     device = model_device(model)
     nll = torch.empty(n_windows, windows.shape[1] - 1, dtype=torch.float32)
     tracker = Progress(n_windows, "windows", progress)
+
+    def score_windows(lo: int, hi: int) -> None:
+        batch = windows[lo:hi].to(device)
+        logits = model(input_ids=batch[:, :-1], use_cache=False).logits
+        nll[lo:hi] = -target_logprobs(logits, batch[:, 1:]).cpu()
+        tracker.advance(batch.shape[0])
+
     with torch.inference_mode():
-        for lo in range(0, n_windows, batch_size):
-            batch = windows[lo : lo + batch_size].to(device)
-            logits = model(input_ids=batch[:, :-1], use_cache=False).logits
-            nll[lo : lo + batch_size] = -target_logprobs(logits, batch[:, 1:]).cpu()
-            tracker.advance(batch.shape[0])
+        run_in_batches(n_windows, batch_size, score_windows)  # a CUDA OOM halves the batch and retries it
     token_nll = nll.reshape(-1).numpy()
     mean_nll = float(token_nll.astype(np.float64).mean())
     # Windows whose context starts with a BOS: every one with window_bos; else only the first, where the stream

@@ -80,6 +80,38 @@ class Progress:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# batches that shrink when the GPU runs out of memory
+
+
+def run_in_batches(n: int, batch_size: int, step: Callable[[int, int], Any]) -> int:
+    """Call ``step(lo, hi)`` over ``[0, n)`` in consecutive ranges of ``batch_size`` items. When a range raises
+    ``torch.cuda.OutOfMemoryError``, its size is halved (for the rest of the job too), the line "CUDA out of
+    memory at batch N: retrying at N/2" goes to the job's log and the same range is run again; at one item the
+    error is raised. ``step`` must leave nothing half-done that a rerun of its range would not redo. Returns the
+    batch size the job ended with."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + batch_size)
+        try:
+            step(lo, hi)
+        except torch.cuda.OutOfMemoryError:
+            if hi - lo == 1:
+                raise
+        else:
+            lo = hi
+            continue
+        # Out of the except block: the error's traceback (and the tensors its frames hold) is gone before the retry.
+        smaller = (hi - lo) // 2
+        log.warning("CUDA out of memory at batch %d: retrying at %d", hi - lo, smaller)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        batch_size = smaller
+    return batch_size
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # conventions
 
 
@@ -219,7 +251,8 @@ def batched_logprob_sums(
     batch_size: int,
     progress: Callable[[int, int], Any] | None,
 ) -> np.ndarray:
-    """Float64 sum of scored-token log-probs of every sequence (all tokens but the first), in input order."""
+    """Float64 sum of scored-token log-probs of every sequence (all tokens but the first), in input order. A CUDA
+    out-of-memory error halves the batch and retries it (:func:`run_in_batches`)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     n = len(offsets) - 1
@@ -228,19 +261,22 @@ def batched_logprob_sums(
     order = np.argsort(-(offsets[1:] - offsets[:-1]), kind="stable")
     device = model_device(model)
     tracker = Progress(n, "sentences", progress)
+
+    def score_rows(lo: int, hi: int) -> None:
+        rows = order[lo:hi]
+        lengths = offsets[rows + 1] - offsets[rows]
+        ids = padded_rows(flat, offsets[rows], lengths)
+        ids_t = torch.from_numpy(ids).to(device)
+        # Position t predicts token t+1; the last position predicts nothing, so it is not fed.
+        inputs, targets = ids_t[:, :-1], ids_t[:, 1:]
+        valid = torch.from_numpy(np.arange(1, ids.shape[1])[None, :] < lengths[:, None]).to(device)
+        logits = model(input_ids=inputs, attention_mask=valid.long(), use_cache=False).logits
+        token_lp = target_logprobs(logits, targets)
+        sums[rows] = token_lp.double().masked_fill(~valid, 0.0).sum(dim=1).cpu().numpy()
+        tracker.advance(len(rows))
+
     with torch.inference_mode():
-        for lo in range(0, n, batch_size):
-            rows = order[lo : lo + batch_size]
-            lengths = offsets[rows + 1] - offsets[rows]
-            ids = padded_rows(flat, offsets[rows], lengths)
-            ids_t = torch.from_numpy(ids).to(device)
-            # Position t predicts token t+1; the last position predicts nothing, so it is not fed.
-            inputs, targets = ids_t[:, :-1], ids_t[:, 1:]
-            valid = torch.from_numpy(np.arange(1, ids.shape[1])[None, :] < lengths[:, None]).to(device)
-            logits = model(input_ids=inputs, attention_mask=valid.long(), use_cache=False).logits
-            token_lp = target_logprobs(logits, targets)
-            sums[rows] = token_lp.double().masked_fill(~valid, 0.0).sum(dim=1).cpu().numpy()
-            tracker.advance(len(rows))
+        run_in_batches(n, batch_size, score_rows)
     return sums
 
 
