@@ -69,16 +69,21 @@ def test_a_clamp_leaves_a_poolable_model(tiny_model):
     assert leftover_hooks(model) == []
 
 
-def test_torch_threads_never_mixes_thread_counts():
+def test_torch_threads_sets_each_jobs_count_in_its_own_thread_beside_other_counts():
     seen, lock = [], threading.Lock()
+    inside = threading.Barrier(4, timeout=60)  # all four jobs are inside torch_threads at once
 
     def job(n):
+        torch.set_num_threads(3 - n)  # what the reused worker thread ran before: the other count
         with inprocess.torch_threads(n):
+            inside.wait()
             with lock:
                 seen.append((n, torch.get_num_threads()))
-            time.sleep(0.05)
+            inside.wait()  # every job has set its count before any looks again
             with lock:
                 seen.append((n, torch.get_num_threads()))
+        with lock:
+            seen.append((3 - n, torch.get_num_threads()))  # the thread's own count again
 
     before = torch.get_num_threads()
     try:
@@ -87,7 +92,14 @@ def test_torch_threads_never_mixes_thread_counts():
         [w.join() for w in workers]
     finally:
         torch.set_num_threads(before)
-    assert len(seen) == 8 and all(n == got for n, got in seen)
+    assert len(seen) == 12 and all(n == got for n, got in seen), seen
+
+
+def test_torch_threads_refuses_a_count_torch_does_not_take(monkeypatch):
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    with pytest.raises(RuntimeError, match="intra-op threads, not its"):
+        with inprocess.torch_threads(torch.get_num_threads() + 1):
+            pass
 
 
 def test_logs_of_concurrent_jobs_stay_apart(tmp_path):

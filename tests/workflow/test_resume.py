@@ -8,6 +8,10 @@ that exists parses (atomic writes: a killed job leaves nothing that looks finish
 absent. Checked at the end: the rerun completed, files finished before a kill were never rewritten, every job
 finished exactly once over all segments, and the result tree equals the reference bit for bit.
 
+A job's finish is counted from what Snakemake recorded, not from its report alone: Snakemake removes a job's
+incomplete markers first and prints "Finished jobid" after, so a kill between the two leaves a finished job that
+the killed run never reported (:func:`finished_in_run`).
+
 The kill points run as one chain (each rerun is the run killed at the next point), so the file costs about two
 full runs of the tiny DAG.
 """
@@ -43,7 +47,8 @@ pytestmark = pytest.mark.slow
 RUN_ARGS = ("--cores", "4", "--rerun-incomplete", "--keep-going", "all")
 RUN_TIMEOUT_S = 900
 POLL_S = 0.05
-FINISHED = re.compile(r"Finished jobid: \d+ \(Rule: (\w+)\)")
+FINISHED = re.compile(r"Finished jobid: (\d+) \(Rule: (\w+)\)")
+JOB_START = re.compile(r"(?:local)?rule (\w+):")
 RESOURCES = re.compile(r"resources: .*\bmem_mb=(\d+).*")
 
 
@@ -145,7 +150,33 @@ def finish(proc: subprocess.Popen, log: Path) -> str:
 
 def finished_jobs(output: str) -> Counter:
     """Jobs per rule that a Snakemake run reports as finished."""
-    return Counter(FINISHED.findall(output))
+    return Counter(rule for _, rule in FINISHED.findall(output))
+
+
+Job = tuple[str, tuple[str, ...]]  # (rule, outputs): a job of the DAG, the same in every run of it
+
+
+def announced_jobs(output: str) -> dict[int, Job]:
+    """jobid -> (rule, outputs) of every job a Snakemake run's output announced (the block it prints when the job
+    starts: ``localrule x:``, indented fields with ``output:`` and ``jobid:``)."""
+    jobs: dict[int, Job] = {}
+    rule, outputs = None, ()
+    for line in output.splitlines():
+        if match := JOB_START.fullmatch(line):
+            rule, outputs = match.group(1), ()
+        elif rule is None or not line.startswith("    "):
+            rule = None
+        elif line.startswith("    output: "):
+            outputs = tuple(line.removeprefix("    output: ").split(", "))
+        elif line.startswith("    jobid: "):
+            jobs[int(line.removeprefix("    jobid: "))] = (rule, outputs)
+    return jobs
+
+
+def reported_jobs(output: str) -> set[Job]:
+    """The jobs a Snakemake run's output reports finished."""
+    jobs = announced_jobs(output)
+    return {jobs[int(jobid)] for jobid, _ in FINISHED.findall(output)}
 
 
 # ---------------------------------------------------------------- workflow state
@@ -194,6 +225,20 @@ def job_running(root: Path, matches: Callable[[str], bool], min_done: int = 0, d
     if min_done and len(list(root.glob(done_glob))) < min_done:
         return []
     return [o for o in running_outputs(root) if matches(o) and (root / job_log(o)).exists()]
+
+
+def finished_in_run(output: str, root: Path) -> set[Job]:
+    """Jobs a run finished, read once its processes are dead: those its output reports finished, and those it
+    started whose outputs all exist without an incomplete marker. The second set holds the jobs a kill took after
+    Snakemake recorded them (markers removed) and before it printed "Finished jobid"; a job whose outputs were
+    not all written, or still carry the marker set at its start, did not finish and runs again."""
+    running = set(running_outputs(root))
+    recorded = {
+        (rule, outputs)
+        for rule, outputs in announced_jobs(output).values()
+        if outputs and all((root / o).exists() and o not in running for o in outputs)
+    }
+    return reported_jobs(output) | recorded
 
 
 def result_files(root: Path, exclude: Sequence[str] = ()) -> dict[str, int]:
@@ -259,7 +304,7 @@ def test_kill_minus_9_at_three_moments_then_resume(reference, tmp_path):
     ref_root, ref_jobs = reference
     root = tmp_path / "resumed"
     make_tiny_project(root)
-    finished: Counter = Counter()
+    finished: list[set[Job]] = []  # per segment
     before_kill: dict[str, int] = {}  # files finished before some kill -> mtime then
     report = []
     proc = start(root, root / "run0.log", *RUN_ARGS)
@@ -267,8 +312,8 @@ def test_kill_minus_9_at_three_moments_then_resume(reference, tmp_path):
         log = root / f"run{i}.log"
         wait_until(proc, lambda m=matches, g=done_glob, n=min_done: job_running(root, m, n, g), f"a {name} job", log)
         killed = kill_run(proc)
-        finished += finished_jobs(log.read_text())
         assert not [p for p in killed if alive(p)], f"processes survived the kill at {name}"
+        finished.append(finished_in_run(log.read_text(), root))  # the run is dead: log and markers hold still
         assert_nothing_partial(root)
         # Every job running at the kill, not only the one waited for (jobs run in threads of Snakemake's process:
         # the kill of that process is the kill of every job). A job killed after its atomic write but before
@@ -282,19 +327,23 @@ def test_kill_minus_9_at_three_moments_then_resume(reference, tmp_path):
         temps = [str(p.relative_to(root)) for p in root.glob("res*/**/.*.tmp")]
         report.append(f"kill at {name}: {len(killed)} processes {scripts}; running {killed_outputs}; kept {len(files)}")
         report.append(f"  outputs already written by killed jobs (rerun): {written}; temp files left: {temps}")
+        unreported = finished[-1] - reported_jobs(log.read_text())
+        report.append(f"  finished, but the kill came before Snakemake reported it: {sorted(unreported)}")
 
         # The same command again. Snakemake's lock files survive kill -9 and must be removed first.
         subprocess.run(snakemake_command(root, "--unlock", *RUN_ARGS), check=True, capture_output=True)
         proc = start(root, root / f"run{i + 1}.log", *RUN_ARGS)
     out = finish(proc, root / f"run{len(KILL_POINTS)}.log")
-    finished += finished_jobs(out)
+    finished.append(finished_in_run(out, root))
     print("\n".join(report))
 
     assert running_outputs(root) == [], "incomplete markers left after the final run"
     rewritten = [f for f, mtime in before_kill.items() if (root / f).stat().st_mtime_ns != mtime]
     assert rewritten == [], f"finished before a kill, but recomputed: {rewritten}"
     # Every job of the DAG finished exactly once over the four segments: none redone, none lost.
-    assert finished == ref_jobs
+    redone = [job for i, jobs in enumerate(finished) for job in jobs if any(job in f for f in finished[:i])]
+    assert redone == [], f"finished in two segments: {redone}"
+    assert Counter(rule for jobs in finished for rule, _ in jobs) == ref_jobs
     assert dry_run_jobs(root) == {}
     assert compare_result_trees(ref_root / "results", root / "results") == []
     assert shard_digests(ref_root), "no kept shards to compare"
@@ -328,3 +377,25 @@ def test_job_killed_like_an_oom_is_retried_with_more_memory(reference, tmp_path)
     assert "Error in rule score_clean" in out  # attempt 1 failed ...
     clean = str(Path(target).parent)
     assert compare_result_trees(ref_root / clean, root / clean) == []  # ... and attempt 2 gave the same result
+
+
+def test_a_job_the_kill_took_before_its_report_counts_as_finished(tmp_path):
+    """The accounting of the kill test on a run cut off as Snakemake cuts it: job 1 reported, job 2 recorded (its
+    outputs there, no marker) but killed before its report, job 3 killed while running (outputs written, marker
+    left), job 4 killed before it wrote anything."""
+    outputs = {1: "results/a.json", 2: "results/b.json", 3: "results/c.json", 4: "results/d.json"}
+    blocks = [
+        f"[Wed Dec  2 02:00:42 2026]\nlocalrule r{i}:\n    input: x\n    output: {o}, {o}.log\n    jobid: {i}\n"
+        f"    wildcards: w=1\n"
+        for i, o in outputs.items()
+    ]
+    text = "".join(blocks[:3]) + "[Wed Dec  2 02:00:43 2026]\nFinished jobid: 1 (Rule: r1)\n" + blocks[3]
+    for i in (1, 2, 3):
+        for path in (outputs[i], outputs[i] + ".log"):
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).write_text("{}")
+    marker = tmp_path / ".snakemake/incomplete" / base64.urlsafe_b64encode(outputs[3].encode()).decode()
+    marker.parent.mkdir(parents=True)
+    marker.touch()
+    assert reported_jobs(text) == {("r1", (outputs[1], outputs[1] + ".log"))}
+    assert finished_in_run(text, tmp_path) == {(f"r{i}", (outputs[i], outputs[i] + ".log")) for i in (1, 2)}

@@ -8,10 +8,14 @@ submits to SLURM): each job runs in a thread of one long-lived process, imports 
 :mod:`lm.model_pool`. Without the flag Snakemake spawns one process per ``run:`` job and everything still works,
 only slower.
 
-Two pieces of process-wide state need care when jobs share a process:
-- torch's intra-op thread count is global to the process, and a job's numbers may depend on it (the order of
-  float32 reductions): :func:`torch_threads` lets jobs run concurrently only with jobs of the same thread count,
-  so a result never depends on what else was running;
+Two pieces of shared state need care when jobs share a process:
+- torch's intra-op thread count, on which a job's numbers depend (it splits float32 reductions). With torch's
+  OpenMP backend (that of torch's Linux wheels) it is a setting of each OS thread, not of the process:
+  ``torch.set_num_threads`` sets the calling thread's OpenMP and MKL counts, other threads keep theirs, and a
+  thread first using torch takes the count last set anywhere. Snakemake reuses its worker threads from job to
+  job, so :func:`torch_threads` sets the job's own count in the job's own thread every time and checks it: jobs
+  of any counts then run side by side with the bytes of a serial run (tests/test_determinism.py). Helper threads
+  of a job (shard writer, statistics readers) do no torch reductions;
 - ``sys.stderr`` and the root logger are shared: :func:`wneurons.jobs.logged_to` filters log records by thread and
   redirects stderr only in a process of its own.
 """
@@ -46,29 +50,21 @@ class JobCounter:
 
 JOBS = JobCounter()
 
-_threads_cond = threading.Condition()
-_threads_current: int | None = None
-_threads_users = 0
-
 
 @contextmanager
 def torch_threads(n: int) -> Iterator[None]:
-    """Run the body with torch's intra-op thread count at ``n``; waits while jobs with another count run."""
-    global _threads_current, _threads_users
+    """Run the body with torch's intra-op thread count at ``n`` in the calling thread, the one the job computes
+    in; the thread's previous count is restored after. Raises RuntimeError if torch does not take the count."""
     import torch
 
-    with _threads_cond:
-        _threads_cond.wait_for(lambda: _threads_users == 0 or _threads_current == n)
-        if _threads_users == 0 and torch.get_num_threads() != n:
-            torch.set_num_threads(n)
-        _threads_current = n
-        _threads_users += 1
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    if (got := torch.get_num_threads()) != n:
+        raise RuntimeError(f"torch runs this job with {got} intra-op threads, not its {n}")
     try:
         yield
     finally:
-        with _threads_cond:
-            _threads_users -= 1
-            _threads_cond.notify_all()
+        torch.set_num_threads(before)
 
 
 @cache

@@ -1,0 +1,84 @@
+"""Bitwise results whatever runs beside a job: jobs in threads of one process (wneurons.jobs.inprocess).
+
+torch's intra-op thread count decides how float32 reductions are split, so it changes the last bits of a score.
+With the OpenMP backend the count is a setting of each OS thread, and Snakemake's worker threads are reused from
+job to job: a job must set its own count in its own thread, whatever the thread ran before and whatever runs
+beside it. Here the same items are scored serially and as concurrent jobs (two worker threads in lockstep, batch
+by batch) of equal and of different thread counts, and every result must equal the serial one byte for byte.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+
+from wneurons.jobs import inprocess
+from wneurons.lm.scoring import batched_logprob_sums
+
+# Token-id sequences of the tiny vocabulary, 5 to 59 tokens long. Batches of one sequence: on these, 1 and 2
+# intra-op threads give different float32 sums for several sequences (checked below), so the test can fail.
+_RNG = np.random.default_rng(28)
+_LENGTHS = _RNG.integers(5, 60, 24)
+OFFSETS = np.concatenate([[0], np.cumsum(_LENGTHS)])
+TOKENS = _RNG.integers(3, 200, int(OFFSETS[-1]))
+COUNTS = (1, 2)
+# Two jobs side by side per round, as Snakemake's thread pool runs them. The first round leaves both worker
+# threads at 2 threads; the later rounds reuse those threads for jobs of 1 thread, then mix the counts.
+ROUNDS = [(2, 2), (1, 1), (1, 2), (2, 1), (1, 1), (2, 2)]
+
+
+def score_job(model, threads: int, step=None) -> tuple[np.ndarray, set[int]]:
+    """Log-prob sums of every sequence scored as a job of ``threads`` threads, and the thread counts torch
+    reported in this OS thread after each batch."""
+    seen: set[int] = set()
+
+    def progress(done: int, total: int) -> None:
+        seen.add(torch.get_num_threads())
+        if step is not None:
+            step()
+
+    with inprocess.torch_threads(threads):
+        sums = batched_logprob_sums(model, TOKENS, OFFSETS, batch_size=1, progress=progress)
+    return sums, seen
+
+
+@pytest.fixture(scope="module")
+def serial():
+    """The tiny Llama and its scores per thread count, each job run alone in a fresh thread."""
+    from conftest import build_tiny_model
+
+    model = build_tiny_model("llama")
+    scores = {}
+    for n in COUNTS:
+        with ThreadPoolExecutor(1) as pool:
+            scores[n], seen = pool.submit(score_job, model, n).result()
+        assert seen == {n}
+    return model, scores
+
+
+def test_the_thread_count_changes_the_bits(serial):
+    """The premise: without it the concurrency test below could not fail."""
+    _, scores = serial
+    assert scores[1].tobytes() != scores[2].tobytes()
+    np.testing.assert_allclose(scores[1], scores[2], rtol=0, atol=1e-4)
+
+
+def test_concurrent_jobs_of_equal_and_different_counts_give_the_serial_bytes(serial):
+    model, scores = serial
+    with ThreadPoolExecutor(2) as pool:
+        for counts in ROUNDS:
+            # Both jobs wait for each other after every batch: they compute side by side the whole time. A
+            # mechanism that runs them one after the other breaks the barrier (timeout) instead of hanging.
+            lockstep = threading.Barrier(len(counts), timeout=60)
+            jobs = [pool.submit(score_job, model, n, lockstep.wait) for n in counts]
+            for n, job in zip(counts, jobs, strict=True):
+                sums, seen = job.result()
+                assert seen == {n}, f"round {counts}: a {n}-thread job computed with {seen} threads"
+                assert sums.tobytes() == scores[n].tobytes(), (
+                    f"round {counts}: a {n}-thread job beside another differs from its serial run by up to "
+                    f"{np.abs(sums - scores[n]).max():.3g} nats"
+                )
