@@ -7,7 +7,11 @@
    then WD / sign split / MD of every neuron from them;
 2. all of BLiMP: 67,000 pairs = 134,000 sentences of 4-26 tokens (BLiMP's spread; lengths drawn, seeded);
 3. one ablation condition: the top 1% WD neurons of every layer clamped, BLiMP again and the perplexity pass
-   (245k validation tokens).
+   (245k validation tokens);
+4. the precisions compared (``--precisions``, default fp32,tf32,bf16; docs/performance.md, "Precision"): the same
+   model with the same seed in each, ``--precision-sentences`` BLiMP-length sentences scored under each, with
+   throughput, peak GPU memory, and how many minimal-pair decisions (sentence 2i vs 2i+1) and how large a
+   log-prob change move from fp32. Phases 1-3 run in ``--precision`` (default bf16).
 Token ids are random (seeded): the time of a forward does not depend on which ids it reads, and no tokenizer or
 data set is needed on the machine. Each time is printed beside its lower bound, 2 x parameters x tokens at the
 device's dense bf16 peak (--peak-tflops; 989 for an H200 SXM), and the ratio between them.
@@ -60,29 +64,83 @@ def build(shape: str, device: str, dtype: torch.dtype):
     return model
 
 
+def compare_precisions(args, device: str, flat: np.ndarray, offsets: np.ndarray) -> None:
+    """Phase 4: throughput, peak GPU memory and the minimal-pair decisions that move from fp32, per precision."""
+    from wneurons.lm.models import matmul_precision, resolve_precision
+    from wneurons.lm.scoring import batched_logprob_sums
+
+    n = min(args.precision_sentences, len(offsets) - 1) // 2 * 2
+    flat, offsets = flat[: offsets[n]], offsets[: n + 1]
+    print(f"\nprecisions on {n:,} sentences ({n // 2:,} pairs: sentence 2i vs 2i+1), batch {args.batch_size}")
+    print(f"{'precision':<10}{'sentences/s':>12}{'peak GiB':>10}{'pairs moved':>13}{'max |dlogprob|':>16}")
+    reference = None
+    for name in args.precisions.split(","):
+        precision = resolve_precision(name)
+        model = build(args.shape, device, precision.weights)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        with matmul_precision(precision, device):
+            batched_logprob_sums(model, flat, offsets[: args.batch_size + 1], batch_size=args.batch_size, progress=None)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            sums = batched_logprob_sums(model, flat, offsets, batch_size=args.batch_size, progress=None)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+        peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else float("nan")
+        decisions = sums[0::2] > sums[1::2]
+        if reference is None:  # the first precision listed is the reference (fp32 by default)
+            reference = (name, sums, decisions)
+        moved = int((decisions != reference[2]).sum())
+        change = float(np.abs(sums - reference[1]).max())
+        print(f"{name:<10}{n / seconds:>12,.0f}{peak:>10.1f}{moved:>13,}{change:>16.3g}   (vs {reference[0]})")
+        del model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", choices=SHAPES, default="pythia-1.4b")
     parser.add_argument("--peak-tflops", type=float, default=989.0)
     parser.add_argument("--batch-size", type=int, default=512, help="BLiMP sentences per forward")
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of every token count (smoke runs)")
+    parser.add_argument("--precision", default="bf16", help="precision of phases 1-3 on a GPU (fp32 on a CPU)")
+    parser.add_argument("--precisions", default="fp32,tf32,bf16", help="phase 4, the first one the reference")
+    parser.add_argument("--precision-sentences", type=int, default=20_000, help="phase 4's sentences")
+    parser.add_argument("--skip-grid", action="store_true", help="phase 4 only")
     args = parser.parse_args()
 
     from wneurons.core.selection import select_neurons
     from wneurons.core.stats import neuron_statistics
     from wneurons.lm.ablation import clamp_negative_preactivations
     from wneurons.lm.activations import collect_activation_shards
+    from wneurons.lm.models import matmul_precision, resolve_precision
     from wneurons.lm.perplexity import perplexity
     from wneurons.lm.scoring import batched_logprob_sums
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    precision = resolve_precision(args.precision if device == "cuda" else "fp32")
+    dtype = precision.weights
     rng = np.random.default_rng(0)
+    n_sentences = int(134_000 * args.scale) or 64
+    lengths = rng.integers(4, 27, n_sentences)
+    offsets = np.zeros(n_sentences + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = rng.integers(0, 50304, int(offsets[-1]))
+    if args.skip_grid:
+        compare_precisions(args, device, flat, offsets)
+        return
     model = build(args.shape, device, dtype)
     n_params = sum(p.numel() for p in model.parameters() if p is not model.get_output_embeddings().weight)
     n_params += model.get_output_embeddings().weight.numel()  # the head is a matmul of its own (untied)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    print(f"device: {name}; shape {args.shape}: {n_params / 1e9:.3f}B parameters, {dtype}; torch {torch.__version__}")
+    print(
+        f"device: {name}; shape {args.shape}: {n_params / 1e9:.3f}B parameters, {precision.name}; "
+        f"torch {torch.__version__}"
+    )
+    tf32 = matmul_precision(precision, device)
+    tf32.__enter__()  # phases 1-3 run with the matmul setting of their precision
 
     def report(what: str, seconds: float, tokens: float) -> None:
         bound = 2 * n_params * tokens / (args.peak_tflops * 1e12)
@@ -115,12 +173,6 @@ def main() -> None:
         stats = neuron_statistics(f"{tmp}/shards", wd_method="exact", md_pairs=1000, seed=0)
         print(f"{'statistics pass: WD, split, MD of every neuron':<44}{time.perf_counter() - start:>9.1f} s   (CPU)")
 
-    n_sentences = int(134_000 * args.scale) or 64
-    lengths = rng.integers(4, 27, n_sentences)
-    offsets = np.zeros(n_sentences + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = rng.integers(0, 50304, int(offsets[-1]))
-
     def blimp() -> float:
         start = time.perf_counter()
         batched_logprob_sums(model, flat, offsets, batch_size=args.batch_size, progress=None)
@@ -139,6 +191,9 @@ def main() -> None:
         report("ablation: perplexity pass", time.perf_counter() - start, valid.size)
     if device == "cuda":
         print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    tf32.__exit__(None, None, None)
+    model = None  # freed: phase 4 measures its own peak memory
+    compare_precisions(args, device, flat, offsets)
 
 
 if __name__ == "__main__":

@@ -21,12 +21,20 @@ prefix_sharing = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(prefix_sharing)
 
 
-def test_gpu_check_runs_its_three_parts_on_a_tiny_shape():
+def test_gpu_check_runs_its_four_parts_on_a_tiny_shape():
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     cmd = [sys.executable, "perf/gpu_check.py", "--shape", "tiny", "--scale", "0.005", "--batch-size", "64"]
+    cmd += ["--precision-sentences", "200"]
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
     for part in ("statistics pass: shards", "WD, split, MD", "BLiMP: 67k pairs, clean", "ablation: perplexity pass"):
         assert part in out, out
+    # Phase 4: one line per precision; on a CPU tf32 is fp32, so nothing moves.
+    rows = {
+        line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] in (["fp32"], ["tf32"], ["bf16"])
+    }
+    assert "precisions on 200 sentences" in out and set(rows) == {"fp32", "tf32", "bf16"}, out
+    assert rows["fp32"][3] == rows["tf32"][3] == "0" and float(rows["tf32"][4]) == 0.0, out
+    assert float(rows["bf16"][4]) > 0, out
 
 
 def _sequences_with_shared_prefixes(seed: int = 0, vocab: int = 200) -> tuple[np.ndarray, np.ndarray]:
