@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from wneurons.core.uncertainty import (
-    ITEM_BOOTSTRAP,
+    EXACT_BOOTSTRAP,
     MCNEMAR,
     MIN_CORRELATION_POINTS,
     MIN_RESAMPLING_UNITS,
@@ -172,7 +172,7 @@ def test_pooled_trials_ci_includes_the_variance_between_draws():
     assert pooled["ci_hi"] - pooled["ci_lo"] > 1.5 * (items_only[1] - items_only[0])
     assert pooled["ci_method"] == TWO_STAGE_BOOTSTRAP and pooled["test"] == SIGN_TEST and pooled["trials"] == 2
     one = paired_accuracy_difference(near[None, :], cond, resamples=500)
-    assert one["test"] == MCNEMAR and one["ci_method"] == ITEM_BOOTSTRAP
+    assert one["test"] == MCNEMAR and one["ci_method"] == EXACT_BOOTSTRAP
 
 
 def test_two_stage_bootstrap_resamples_draws_then_items():

@@ -13,6 +13,17 @@ which neurons were drawn, and which items were scored. The CI of a pooled compar
 per-item mean differences (:data:`SIGN_TEST`), which is McNemar's test itself when T = 1 (differences in
 {-1, 0, 1}) and which, like McNemar's, holds the draws fixed.
 
+A single trial's accuracy difference (per-item differences in {-1, 0, 1}) gets the *exact* percentile interval of
+its paired bootstrap (:func:`exact_paired_bootstrap_ci`: the resampled counts are trinomial, so the limit of
+infinitely many resamples is computed, with no Monte Carlo error). Where no exact interval exists (pooled trials,
+perplexity) the resamples are drawn in doublings until the Monte Carlo error of every endpoint
+(:func:`percentile_ci_with_error`) is at most :data:`MC_ERROR_SHARE` of one item step (1/n), up to
+:data:`MAX_RESAMPLES`; each row states its error (``ci_mc_error``) and its resamples.
+
+Besides the 95% CI each accuracy row carries the (1 - 2 alpha) intervals of :data:`EQUIVALENCE_ALPHAS`: a two
+one-sided test (TOST) at alpha that a difference lies within +-m is the same decision as that interval lying inside
+(-m, m) (:func:`equivalence_interval`, :func:`inside_margin`); the claims' margins are in ``report/claims``.
+
 No CI is computed from fewer resampling units than it needs (a bootstrap over 4 windows has 35 distinct resamples;
 one over 3 points of a correlation is its own extremes): :data:`MIN_RESAMPLING_UNITS` items / windows / neurons,
 :data:`MIN_CORRELATION_POINTS` points; the result says why instead (``ci_note``, ``ci_undefined``).
@@ -39,8 +50,17 @@ MIN_RESAMPLING_UNITS = 10
 MIN_CORRELATION_POINTS = 5
 MCNEMAR = "exact McNemar"
 SIGN_TEST = "exact sign test over per-item mean differences (draws held fixed)"
-ITEM_BOOTSTRAP = "paired bootstrap over items"
+ITEM_BOOTSTRAP = "paired bootstrap over items"  # drawn; single trials now use EXACT_BOOTSTRAP
 TWO_STAGE_BOOTSTRAP = "two-stage bootstrap (neuron draws, then items)"
+# Monte Carlo error of a bootstrap endpoint, as a share of one item step (1/n), that more resamples are drawn to
+# reach (doubling from the configured count), and the most resamples drawn: 200,000-resample references moved
+# 2,000-resample endpoints by one item step (issue 29); a quarter of a step leaves the printed digits alone.
+MC_ERROR_SHARE = 0.25
+MAX_RESAMPLES = 256_000
+# The alphas of the equivalence tests the claims use (C11 at 0.01, C14 and C30 at 0.05): each accuracy row carries
+# the (1 - 2 alpha) interval of each, columns ci90_lo/ci90_hi and ci98_lo/ci98_hi.
+EQUIVALENCE_ALPHAS = (0.05, 0.01)
+EXACT_BOOTSTRAP = "exact paired bootstrap over items (trinomial, no Monte Carlo error)"
 # Bound on one chunk of the resample-count matrix (resamples x distinct values), in elements.
 _CHUNK_ELEMENTS = 1 << 22
 
@@ -115,14 +135,23 @@ def two_stage_bootstrap_mean(values: np.ndarray, *, resamples: int = RESAMPLES, 
     Drawn as multinomial counts over trials and over the distinct per-item columns (identical in law to
     resampling indices); float64, ``resamples`` values.
     """
+    return _two_stage_draws(_two_stage_patterns(values), resamples, np.random.default_rng(seed))
+
+
+def _two_stage_patterns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(distinct per-item columns [T, P], their item counts [P], n) of a [T, n] array, validated."""
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 2 or v.size == 0:
         raise ValueError(f"two-stage bootstrap needs a non-empty [trials, items] array, got shape {v.shape}")
     if np.isnan(v).any():
         raise ValueError("bootstrap values contain NaN")
-    trials, n = v.shape
     patterns, counts = np.unique(v, axis=1, return_counts=True)  # [T, P]: items with the same outcomes
-    rng = np.random.default_rng(seed)
+    return patterns, counts, v.shape[1]
+
+
+def _two_stage_draws(data: tuple[np.ndarray, np.ndarray, int], resamples: int, rng: np.random.Generator):
+    patterns, counts, n = data
+    trials = patterns.shape[0]
     per_chunk = max(1, _CHUNK_ELEMENTS // (patterns.shape[1] + trials))
     out = []
     for start in range(0, resamples, per_chunk):
@@ -131,6 +160,114 @@ def two_stage_bootstrap_mean(values: np.ndarray, *, resamples: int = RESAMPLES, 
         items = rng.multinomial(n, counts / n, size=size)  # [R, P]
         out.append(((weights @ patterns) * items).sum(axis=1) / n)
     return np.concatenate(out)
+
+
+def percentile_ci_with_error(draws: np.ndarray, level: float = CI_LEVEL) -> tuple[float, float, float]:
+    """(lo, hi, Monte Carlo error) of the percentile interval of bootstrap draws: the error is the larger, over
+    both endpoints, of half the spread of the draws between the ranks R(q -+ s), s = sqrt(q(1-q)/R) (the
+    standard error of a sample quantile, read off the draws themselves: no shape assumed)."""
+    x = np.sort(np.asarray(draws, dtype=np.float64))
+    r = x.size
+    tail = (1 - level) / 2
+    lo, hi = percentile_ci(x, level)
+    errors = []
+    for q in (tail, 1 - tail):
+        s = math.sqrt(q * (1 - q) / r)
+        a, b = int(np.floor(r * (q - s))), int(np.ceil(r * (q + s)))
+        errors.append((x[min(r - 1, max(0, b))] - x[min(r - 1, max(0, a))]) / 2)
+    return lo, hi, float(max(errors))
+
+
+def adaptive_percentile_cis(
+    draw, resamples: int, step, levels: Iterable[float], rng: np.random.Generator
+) -> tuple[dict[float, tuple[float, float]], float, int]:
+    """Percentile intervals at ``levels`` from ``draw(count, rng)`` (bootstrap draws), doubling the resamples from
+    ``resamples`` until every endpoint's Monte Carlo error is at most MC_ERROR_SHARE * ``step`` (one unit's step:
+    a float, or a function of the draws) or MAX_RESAMPLES are drawn. Returns ({level: (lo, hi)}, the largest
+    Monte Carlo error, resamples drawn)."""
+    levels = tuple(levels)
+    draws = draw(resamples, rng)
+    while True:
+        found = {level: percentile_ci_with_error(draws, level) for level in levels}
+        error = max(e for _, _, e in found.values())
+        unit = step(draws) if callable(step) else step
+        if error <= MC_ERROR_SHARE * unit or draws.size >= MAX_RESAMPLES:
+            return {k: (lo, hi) for k, (lo, hi, _) in found.items()}, error, int(draws.size)
+        draws = np.concatenate([draws, draw(min(draws.size, MAX_RESAMPLES - draws.size), rng)])
+
+
+def exact_paired_bootstrap_ci(differences: np.ndarray, level: float = CI_LEVEL) -> tuple[float, float]:
+    """The percentile interval of the paired item bootstrap of a mean of differences in {-1, 0, 1}, computed
+    exactly (the limit of infinitely many resamples): with a items at +1 and b at -1 of n, a resample's
+    (K+, K-) is trinomial, K+ + K- = D ~ Binomial(n, (a+b)/n) and K+ | D ~ Binomial(D, a/(a+b)), so
+    P(K+ - K- <= s) is one sum over D. Returns the smallest s/n whose CDF reaches each tail (the quantile the
+    bootstrap's percentiles converge to)."""
+    d = np.asarray(differences, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0 or not np.isin(d, (-1.0, 0.0, 1.0)).all():
+        raise ValueError("exact paired bootstrap needs a non-empty 1-D array of -1, 0 and 1")
+    n, a, b = d.size, int((d > 0).sum()), int((d < 0).sum())
+    if a + b == 0:
+        return 0.0, 0.0
+    discordant = np.arange(n + 1)
+    p_d = stats.binom.pmf(discordant, n, (a + b) / n)
+    keep = p_d > 1e-300
+    discordant, p_d = discordant[keep], p_d[keep]
+
+    def cdf(s: int) -> float:  # P(K+ - K- <= s) = P(K+ <= (s + D) / 2)
+        return float((p_d * stats.binom.cdf(np.floor((s + discordant) / 2), discordant, a / (a + b))).sum())
+
+    def quantile(q: float) -> int:
+        low, high = -n, n  # cdf(high) = 1 >= q; find the smallest s with cdf(s) >= q
+        while low < high:
+            mid = (low + high) // 2
+            if cdf(mid) >= q:
+                high = mid
+            else:
+                low = mid + 1
+        return low
+
+    tail = (1 - level) / 2
+    return quantile(tail) / n, quantile(1 - tail) / n
+
+
+def equivalence_columns(alpha: float) -> tuple[str, str]:
+    """The columns of a paired row holding its (1 - 2 alpha) interval (alpha in EQUIVALENCE_ALPHAS)."""
+    pct = round(100 * (1 - 2 * alpha))
+    return f"ci{pct}_lo", f"ci{pct}_hi"
+
+
+def zero_discordance_bound(n: int, alpha: float) -> float:
+    """With no discordant item among n, the exact one-sided (1 - alpha) upper bound of the discordance rate,
+    1 - alpha^(1/n), which bounds |accuracy difference| (a bootstrap of n equal items is the point 0 at any n)."""
+    return 1.0 - alpha ** (1.0 / n)
+
+
+def equivalence_interval(row: dict, alpha: float, level: float = CI_LEVEL) -> tuple[float, float, str]:
+    """(lo, hi, how) of the (1 - 2 alpha) interval of a paired accuracy row, the interval whose inclusion in
+    (-m, m) is the two one-sided tests (TOST) at alpha: the row's own column when it has it, else a normal
+    approximation from its ``level`` CI (drop -+ z_{1-alpha} se); with no discordant item, the exact bound
+    +-:func:`zero_discordance_bound`. NaN (and why) without a CI."""
+    n = int(row.get("n") or 0)
+    if row.get("only_reference") is not None and row.get("only_condition") is not None and n > 0:
+        if int(row["only_reference"]) + int(row["only_condition"]) == 0:
+            if n < MIN_RESAMPLING_UNITS:
+                return math.nan, math.nan, f"no interval from {n} items (needs {MIN_RESAMPLING_UNITS})"
+            u = zero_discordance_bound(n, alpha)
+            return -u, u, f"no item differs: exact bound 1 − α^(1/n) at n = {n}"
+    lo_col, hi_col = equivalence_columns(alpha)
+    lo, hi = row.get(lo_col), row.get(hi_col)
+    if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
+        return float(lo), float(hi), f"{1 - 2 * alpha:.0%} interval"
+    c_lo, c_hi = row.get("ci_lo"), row.get("ci_hi")
+    if c_lo is None or c_hi is None or not (math.isfinite(c_lo) and math.isfinite(c_hi)):
+        return math.nan, math.nan, "no CI"
+    half = stats.norm.ppf(1 - alpha) * (c_hi - c_lo) / (2 * stats.norm.ppf(0.5 + level / 2))
+    return row["drop"] - half, row["drop"] + half, f"{1 - 2 * alpha:.0%} interval, normal approximation from the 95% CI"
+
+
+def inside_margin(lo: float, hi: float, margin: float) -> bool:
+    """Whether an interval lies inside (-margin, margin): equivalence by TOST when it is the (1 - 2 alpha) one."""
+    return math.isfinite(lo) and math.isfinite(hi) and -margin < lo and hi < margin
 
 
 def percentile_ci(draws: np.ndarray, level: float = CI_LEVEL) -> tuple[float, float]:
@@ -155,8 +292,11 @@ def paired_accuracy_difference(
     (per-item mean over trials; for T > 1 the CI is :func:`two_stage_bootstrap_mean` and the test the sign test
     on per-item mean differences, McNemar's test when T = 1). Returns n, trials, accuracies (fractions),
     ``drop``, ``ci_lo``/``ci_hi`` (NaN under :data:`MIN_RESAMPLING_UNITS` items, ``ci_note`` then says why, else
-    None), ``ci_method``, the discordant counts ``only_reference``/``only_condition`` (items where that side is
-    better), ``p_value`` and ``test`` (which test gave it).
+    None), the (1 - 2 alpha) intervals of :data:`EQUIVALENCE_ALPHAS` (``ci90_*``, ``ci98_*``), ``ci_method``
+    (one trial: :func:`exact_paired_bootstrap_ci`; pooled trials: two-stage draws, as many as
+    :func:`adaptive_percentile_cis` needs), ``ci_mc_error`` (fraction, 0 for exact intervals) and ``resamples``
+    (drawn; 0 for exact intervals), the discordant counts ``only_reference``/``only_condition`` (items where
+    that side is better), ``p_value`` and ``test`` (which test gave it).
     """
     ref_stack = np.atleast_2d(np.asarray(reference_correct, dtype=np.float64))
     cond_stack = np.atleast_2d(np.asarray(condition_correct, dtype=np.float64))
@@ -168,15 +308,28 @@ def paired_accuracy_difference(
     d = ref - cond
     trials = max(ref_stack.shape[0], cond_stack.shape[0])
     only_ref, only_cond, p = sign_test(d)
-    note = None
+    levels = (level, *(1 - 2 * a for a in EQUIVALENCE_ALPHAS))
+    note, mc_error, drawn = None, 0.0, 0
     if d.size < MIN_RESAMPLING_UNITS:
-        lo, hi = math.nan, math.nan
+        cis = dict.fromkeys(levels, (math.nan, math.nan))
+        mc_error = math.nan
         note = f"no CI from {d.size} items (a bootstrap needs {MIN_RESAMPLING_UNITS})"
     elif trials > 1:
-        draws = two_stage_bootstrap_mean(ref_stack - cond_stack, resamples=resamples, seed=seed)
-        lo, hi = percentile_ci(draws, level)
-    else:
-        lo, hi = percentile_ci(bootstrap_mean(d, resamples=resamples, seed=seed), level)
+        data = _two_stage_patterns(ref_stack - cond_stack)
+        cis, mc_error, drawn = adaptive_percentile_cis(
+            lambda count, rng: _two_stage_draws(data, count, rng),
+            resamples,
+            1.0 / d.size,
+            levels,
+            np.random.default_rng(seed),
+        )
+    else:  # differences in {-1, 0, 1}: the bootstrap's limit is computed, not drawn
+        cis = {lv: exact_paired_bootstrap_ci(d, lv) for lv in levels}
+    lo, hi = cis[level]
+    equivalence = {}
+    for a in EQUIVALENCE_ALPHAS:
+        lo_col, hi_col = equivalence_columns(a)
+        equivalence[lo_col], equivalence[hi_col] = cis[1 - 2 * a]
     return {
         "n": int(d.size),
         "acc_reference": float(ref.mean()),
@@ -184,12 +337,15 @@ def paired_accuracy_difference(
         "drop": float(d.mean()),
         "ci_lo": lo,
         "ci_hi": hi,
+        **equivalence,
         "only_reference": only_ref,
         "only_condition": only_cond,
         "p_value": p,
         "trials": trials,
         "test": MCNEMAR if trials == 1 else SIGN_TEST,
-        "ci_method": ITEM_BOOTSTRAP if trials == 1 else TWO_STAGE_BOOTSTRAP,
+        "ci_method": EXACT_BOOTSTRAP if trials == 1 else TWO_STAGE_BOOTSTRAP,
+        "ci_mc_error": mc_error,
+        "resamples": drawn,
         "ci_note": note,
     }
 
@@ -247,7 +403,9 @@ def paired_perplexity_ratio(
     two-stage: each resample draws the T trials, then the windows); ``counts``: tokens per window [W].
     Perplexity = exp(sum NLL / sum tokens) over the resampled windows (each window keeps its tokens together).
     Returns ppl of both sides, ``ratio``, ``ci_lo``/``ci_hi`` (NaN under :data:`MIN_RESAMPLING_UNITS` windows,
-    ``ci_note`` then says why), ``ci_method``, ``delta_nll`` (nats/token), n_windows and trials.
+    ``ci_note`` then says why), ``ci_method``, ``ci_mc_error`` and ``resamples`` (drawn until the error is at most
+    MC_ERROR_SHARE of one window's step, sd(draws)/sqrt(W); :func:`adaptive_percentile_cis`), ``delta_nll``
+    (nats/token), n_windows and trials.
     """
     counts = np.asarray(counts, dtype=np.float64)
     ref = np.atleast_2d(np.asarray(reference_sums, dtype=np.float64))
@@ -272,22 +430,29 @@ def paired_perplexity_ratio(
 
     point = ratio(np.ones((1, counts.size)))[0]
     trials = max(ref.shape[0], cond.shape[0])
-    note = None
+    note, mc_error, drawn = None, math.nan, 0
     if counts.size < MIN_RESAMPLING_UNITS:
         lo, hi = math.nan, math.nan
         note = f"no CI from {counts.size} windows (a bootstrap needs {MIN_RESAMPLING_UNITS})"
     else:
-        rng = np.random.default_rng(seed)
         uniform = np.full(counts.size, 1.0 / counts.size)
         per_chunk = max(1, _CHUNK_ELEMENTS // counts.size)
-        draws = []
-        for start in range(0, resamples, per_chunk):
-            size = min(per_chunk, resamples - start)
-            ref_t = trial_weights(rng, ref.shape[0], size)  # the draws first, then the windows
-            cond_t = trial_weights(rng, cond.shape[0], size)
-            windows = rng.multinomial(counts.size, uniform, size=size).astype(np.float64)
-            draws.append(ratio(windows, ref_t, cond_t))
-        lo, hi = percentile_ci(np.concatenate(draws), level)
+
+        def draw(count: int, rng: np.random.Generator) -> np.ndarray:
+            draws = []
+            for start in range(0, count, per_chunk):
+                size = min(per_chunk, count - start)
+                ref_t = trial_weights(rng, ref.shape[0], size)  # the draws first, then the windows
+                cond_t = trial_weights(rng, cond.shape[0], size)
+                windows = rng.multinomial(counts.size, uniform, size=size).astype(np.float64)
+                draws.append(ratio(windows, ref_t, cond_t))
+            return np.concatenate(draws)
+
+        # One window's step: how far the ratio moves when one window of W moves by the windows' spread.
+        cis, mc_error, drawn = adaptive_percentile_cis(
+            draw, resamples, lambda d: float(d.std()) / math.sqrt(counts.size), (level,), np.random.default_rng(seed)
+        )
+        lo, hi = cis[level]
     total = counts.sum()
     return {
         "n_windows": int(counts.size),
@@ -300,6 +465,8 @@ def paired_perplexity_ratio(
         "delta_nll": float((cond.sum(axis=1).mean() - ref.sum(axis=1).mean()) / total),
         "trials": trials,
         "ci_method": "bootstrap over windows" if trials == 1 else "two-stage bootstrap (neuron draws, then windows)",
+        "ci_mc_error": mc_error,
+        "resamples": drawn,
         "ci_note": note,
     }
 
