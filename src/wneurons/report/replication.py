@@ -179,17 +179,34 @@ def claims_markdown(rows: list[dict], link_base: str | Path) -> str:
         for r in part:
             links = ", ".join(f"[{Path(s).name}]({os.path.relpath(s, link_base)})" if s != "config" else "config"
                               for s in r["sources"])  # fmt: skip
-            cells = [r["id"], r["claim"], r["model"], r["paper"], r["ours"], r["ci"], r["test"], f"**{r['verdict']}**"]
+            cells = [r["id"], r["claim"], r["model"], r["paper"], r["ours"], r["ci"], _test(r), _verdict(r, "**{}**")]
             lines.append("| " + " | ".join(_cell(c) for c in [*cells, links]) + " |")
     return "\n".join(lines) + "\n"
 
 
 CI_WORDS = (
-    "95% percentile bootstraps, paired over items (BLiMP, TSE) or windows (perplexity); pooled random trials "
-    "resample the neuron draws, then the items (two-stage). Tests: exact McNemar on one trial; pooled random "
-    "trials: exact sign test over per-item mean differences. No CI from fewer than 10 items / windows / neurons "
-    "or 5 points of a correlation: the reason is given instead."
+    "95% percentile bootstraps, paired over items (BLiMP, TSE) or windows (perplexity); one trial's accuracy "
+    "difference: the bootstrap's exact limit (no Monte Carlo error); pooled random trials resample the neuron "
+    "draws, then the items (two-stage), with as many resamples as bring each endpoint's Monte Carlo error under a "
+    "quarter of one item step (stated per row in the paired tables, ci_mc_error). Tests: exact McNemar on one "
+    "trial; pooled random trials: exact sign test over per-item mean differences. A difference a claim needs is "
+    "also tested for equivalence: its (1 − 2α) interval inside the claim's margin (two one-sided tests at the "
+    'claim\'s α) decides "does not hold (equivalent within ±m)". No CI from fewer than 10 items / windows / '
+    "neurons or 5 points of a correlation: the reason is given instead."
 )
+
+
+def _test(row: dict) -> str:
+    """The test cell, ending with the claim's α and equivalence margin when it has them."""
+    extra = [f"α = {row['alpha']:g}" if row.get("alpha") is not None else "", row.get("margin") and
+             f"equivalence margin {row['margin']}"]  # fmt: skip
+    extra = [e for e in extra if e]
+    return row["test"] + (f" [{'; '.join(extra)}]" if extra else "")
+
+
+def _verdict(row: dict, template: str) -> str:
+    """The verdict (through ``template``) followed by what decided it, e.g. "(equivalent within ±1 pt: …)"."""
+    return template.format(row["verdict"]) + (f" ({row['note']})" if row.get("note") else "")
 
 
 def _split_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -223,8 +240,10 @@ def claims_html(rows: list[dict], provenance: dict, link_base: str | Path) -> st
             e(s) if s == "config" else f"<a href='{e(os.path.relpath(s, link_base))}'>{e(Path(s).name)}</a>"
             for s in r["sources"]
         )
-        cells = [e(r[k]) for k in ("id", "claim", "model", "paper", "ours", "ci", "test")]
-        verdict = f"<b style='color:{colour[r['verdict']]}'>{e(r['verdict'])}</b>"
+        cells = [e(r[k]) for k in ("id", "claim", "model", "paper", "ours", "ci")] + [e(_test(r))]
+        verdict = f"<b style='color:{colour[r['verdict']]}'>{e(r['verdict'])}</b>" + (
+            f" ({e(r['note'])})" if r.get("note") else ""
+        )
         out.append("<tr>" + "".join(f"<td>{c}</td>" for c in [*cells, verdict, links]) + "</tr>")
     out.append("</table><h2>Provenance</h2><pre>" + e(json.dumps(provenance, indent=2, default=str)) + "</pre>")
     out.append("</body></html>")

@@ -3,6 +3,10 @@ claims need), the :class:`Outcome` of one check, the verdicts, and the readers a
 
 Verdicts: holds / does not hold / not enough data / not run. A check that lacks its file raises :class:`NotRun`;
 one whose units are too few says "not enough data at n = …" (:func:`too_few`) with the threshold it needs.
+A difference the claim needs to exist is decided both ways (:func:`difference_verdict`): it holds when its test
+rejects "no difference" on the claimed side, and does not hold when its (1 - 2 alpha) interval lies inside the
+claim's equivalence :class:`Margin` (two one-sided tests at alpha: "does not hold (equivalent within ±m)");
+only an interval that covers 0 and straddles a margin is "not enough data".
 """
 
 from __future__ import annotations
@@ -15,7 +19,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from wneurons.core.uncertainty import MIN_CORRELATION_POINTS, correlation_with_ci, items_to_detect
+from wneurons.core.uncertainty import (
+    MIN_CORRELATION_POINTS,
+    correlation_with_ci,
+    equivalence_interval,
+    inside_margin,
+    items_to_detect,
+)
 
 HOLDS, FAILS, NO_DATA, NOT_RUN = "holds", "does not hold", "not enough data", "not run"
 VERDICTS = (HOLDS, FAILS, NO_DATA, NOT_RUN)
@@ -42,6 +52,58 @@ class Outcome:
     ci: str = ""
     test: str = ""
     sources: list[str] = field(default_factory=list)
+    note: str = ""  # what decided the verdict when it is not the plain rule, e.g. "equivalent within ±1 pt"
+    margin: str = ""  # the equivalence margin(s) the verdict used, with their units
+    alpha: float | None = None  # the claim's test level
+
+
+@dataclass(frozen=True)
+class Margin:
+    """An equivalence margin: differences within ±``value`` (the row's units: accuracy fractions) count as none,
+    decided by two one-sided tests at ``alpha``; ``reason`` says why this size (docs/analyses.md §F)."""
+
+    value: float
+    alpha: float
+    reason: str
+
+    def words(self) -> str:
+        return f"±{fmt(100 * self.value)} pt"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One compared difference of a claim: its verdict, whether it was decided by equivalence, its text."""
+
+    verdict: str
+    equivalent: bool
+    text: str
+
+
+def difference_verdict(row: dict, margin: Margin, direction: int = 1) -> Part:
+    """The verdict on a paired difference (``drop``) the claim says is non-zero in ``direction`` (+1: above 0):
+
+    - does not hold (equivalent): its (1 - 2 alpha) interval lies inside (-m, m) (TOST at alpha; an interval with
+      no discordant item is the exact bound, :func:`core.uncertainty.equivalence_interval`);
+    - holds: the exact test gives p < alpha and the 95% CI excludes 0 on the claimed side;
+    - does not hold: p < alpha with the difference on the other side;
+    - not enough data otherwise (the interval covers 0 and reaches past a margin).
+    """
+    lo, hi, how = equivalence_interval(row, margin.alpha)
+    text = f"TOST ±{fmt(100 * margin.value)} pt at α = {margin.alpha:g}: [{fmt(100 * lo)}, {fmt(100 * hi)}] ({how})"
+    if inside_margin(lo, hi, margin.value):
+        return Part(FAILS, True, text + " inside")
+    significant = row["p_value"] < margin.alpha
+    if significant and direction * row["drop"] < 0:
+        return Part(FAILS, False, text)
+    if significant and has_ci(row) and direction * row["ci_lo"] > 0 and direction * row["ci_hi"] > 0:
+        return Part(HOLDS, False, text)
+    return Part(NO_DATA, False, text)
+
+
+def equivalence_note(parts: dict[str, Part], margin_words: str) -> str:
+    """ "equivalent within ±m: <parts>" for the parts decided by equivalence (empty when none was)."""
+    named = [name for name, part in parts.items() if part.equivalent]
+    return f"equivalent within {margin_words}: {', '.join(named)}" if named else ""
 
 
 @dataclass

@@ -131,7 +131,9 @@ def _targets(claim: Claim, run: Run) -> list[tuple[str, Callable, bool]]:
 
 
 def claim_rows(run: Run) -> list[dict]:
-    """One row per claim and model (paper models first, then the run's other models); never drops a claim."""
+    """One row per claim and model (paper models first, then the run's other models); never drops a claim.
+    ``verdict`` is one of VERDICTS; ``note`` what decided it when not the plain rule (e.g. "equivalent within
+    ±1 pt: blimp W−matched"); ``margin`` and ``alpha`` the equivalence margin and test level the claim used."""
     rows = []
     for claim in CLAIMS:
         for model, check, per_model in _targets(claim, run):
@@ -150,6 +152,9 @@ def claim_rows(run: Run) -> list[dict]:
                     "ci": outcome.ci,
                     "test": outcome.test,
                     "verdict": outcome.verdict,
+                    "note": outcome.note,
+                    "margin": outcome.margin,
+                    "alpha": outcome.alpha,
                     "sources": outcome.sources,
                 }
             )
