@@ -476,10 +476,11 @@ def test_c14_groups_too_coarse_to_be_early(tmp_path):
 
 
 def npi_table(drop: float, half: float, n: int) -> pl.DataFrame:
+    changed = 0 if half == 0 else n // 5  # a CI of width 0: no NPI item changed
     return pl.DataFrame(
         [{"benchmark": "tse", "reference": "clean", "condition": "g1/wasserstein/p1", "trial": "t0",
           "group_kind": "family", "group": "negative_polarity_items", "n": n, "drop": drop, "ci_lo": drop - half,
-          "ci_hi": drop + half, "p_value": 1e-3}]
+          "ci_hi": drop + half, "only_reference": changed, "only_condition": changed, "p_value": 1e-3}]
     )  # fmt: skip
 
 
@@ -488,7 +489,13 @@ def npi_table(drop: float, half: float, n: int) -> pl.DataFrame:
     [
         (0.2, 0.03, 800, HOLDS),
         (0.2, 0.08, 150, NO_DATA),  # the CI meets the band but leaves it: the old rule said "holds"
-        (0.0, 0.0, 40, NO_DATA),  # 40 items with CI [0, 0]: the old rule said "does not hold"
+        # the CI [-8.3, 4.3] pts lies wholly below the band (SmolLM2's 60 NPI items): decided at any n
+        (-0.02, 0.063, 60, FAILS),
+        # no NPI item changed: the bootstrap's [0, 0] is replaced by the exact bound 1 - 0.025^(1/n), which
+        # excludes the band at 40 items (8.8 pts) and not at 12 (26 pts)
+        (0.0, 0.0, 40, FAILS),
+        (0.0, 0.0, 12, NO_DATA),
+        (0.0, 0.0, 8, NO_DATA),  # under the 10-item floor of any CI
         (0.02, 0.03, 800, FAILS),
     ],
 )
@@ -497,8 +504,11 @@ def test_c16_band_and_items(tmp_path, drop, half, n, verdict):
     files = {"paired_tse": npi_table(drop, half, n), "blimp": blimp}
     row = rows_for(claim_rows(make_run(tmp_path, {"llama-3.1-8b": {"family": "llama", "files": files}})), "C16")[0]
     assert row["verdict"] == verdict, row
-    if n < 100:
-        assert f"not enough data at n = {n} NPI items (needs 100)" in row["test"]
+    assert row["margin"] == "band 15–25 pts" and row["alpha"] == 0.05
+    if n < 10:
+        assert f"not enough data at n = {n} NPI items (needs 10)" in row["test"]
+    if half == 0 and n >= 10:
+        assert "no item differs" in row["ours"]
 
 
 def test_claims_about_paper_models_run_on_the_runs_own_models(tmp_path):

@@ -62,7 +62,11 @@ def _per_pythia(run: Run, key: str, columns: tuple[str, ...], fn: Callable, by: 
 
 def _emergence(run: Run, frame: pl.DataFrame, model: str, fractions: set) -> dict:
     """The emergence step as the run's emergence job defines it (core.dynamics.emergence_step), at the
-    ``training.emergence_fraction`` recorded in the table's footer (the function's default where none is)."""
+    ``training.emergence_fraction`` recorded in the table's footer (the function's default where none is).
+
+    The crossing lies between the last checkpoint below the fraction and the first at it: holds when that first
+    step is within the limit, does not hold when the last one below is already at or past it; a limit between
+    the two checkpoints (a bracketing interval) decides nothing."""
     from wneurons.core.dynamics import emergence_step
 
     fraction = run.metadata(model, "emergence").get("emergence_fraction")
@@ -70,8 +74,18 @@ def _emergence(run: Run, frame: pl.DataFrame, model: str, fractions: set) -> dic
     given = {} if fraction is None else {"fraction": fraction}
     step = emergence_step(frame["step"], frame["cohort_wd_mean"], **given)
     limit, words = _step_limit(EMERGENCE_STEP, model, int(frame["step"].max()))
-    verdict = NO_DATA if frame.height < MIN_CHECKPOINTS else HOLDS if step is not None and step <= limit else FAILS
-    return {"step": step, "n": frame.height, "limit": words, "verdict": verdict}
+    steps = frame["step"].to_list()
+    before = max((s for s in steps if step is not None and s < step), default=None)
+    if frame.height < MIN_CHECKPOINTS:
+        verdict = NO_DATA
+    elif step is not None and step <= limit:
+        verdict = HOLDS
+    elif step is None or (before is not None and before >= limit):
+        verdict = FAILS
+    else:
+        verdict = NO_DATA
+    bracket = step is not None and before is not None and before < limit < step
+    return {"step": step, "before": before, "n": frame.height, "limit": words, "verdict": verdict, "bracket": bracket}
 
 
 def _reached(fractions: set) -> str:
@@ -83,14 +97,19 @@ def c3_emergence(run: Run) -> Outcome:
     results, sources = _per_pythia(
         run, "emergence", ("step", "cohort_wd_mean"), lambda f, m: _emergence(run, f, m, fractions)
     )
-    usable = [e for _, e in results if e["verdict"] != NO_DATA]
-    ours = f"emergence step ({_reached(fractions)} of final): " + ", ".join(f"{m}: {e['step']}" for m, e in results)
+    usable = [e for _, e in results if e["n"] >= MIN_CHECKPOINTS]
+    ours = f"emergence step ({_reached(fractions)} of final): " + ", ".join(
+        f"{m}: {e['step']}" + (f" (crossing in ({e['before']}, {e['step']}])" if e["bracket"] else "")
+        for m, e in results
+    )
     if len(usable) < 3:
         return too_few(ours, len(usable), f"sizes with ≥ {MIN_CHECKPOINTS} checkpoints", 3, sources)
     early = sum(e["verdict"] == HOLDS for e in usable)
+    open_ = sum(e["verdict"] == NO_DATA for e in usable)  # checkpoints bracket the limit
     need = math.ceil(5 / 8 * len(usable))
-    verdict = HOLDS if early >= need else FAILS
-    return Outcome(ours, verdict, "", f"{early}/{len(usable)} ≤ 25K (needs {need})", sources)
+    verdict = HOLDS if early >= need else FAILS if early + open_ < need else NO_DATA
+    test = f"{early}/{len(usable)} ≤ 25K (needs {need})" + (f"; {open_} bracket 25K" if open_ else "")
+    return Outcome(ours, verdict, "", test, sources)
 
 
 def c3_emergence_of(run: Run, model: str) -> Outcome:
@@ -98,9 +117,14 @@ def c3_emergence_of(run: Run, model: str) -> Outcome:
     fractions: set = set()
     e = _emergence(run, frame.sort("step"), model, fractions)
     ours = f"emergence step ({_reached(fractions)} of final): {e['step']} of {int(frame['step'].max())}"
-    if e["verdict"] == NO_DATA:
+    if e["n"] < MIN_CHECKPOINTS:
         return too_few(ours, e["n"], "checkpoints", MIN_CHECKPOINTS, [src])
-    return Outcome(ours, e["verdict"], "", f"emergence step ≤ {e['limit']}", [src])
+    test = f"emergence step ≤ {e['limit']}"
+    if e["bracket"]:
+        ours += f"; the crossing lies between steps {e['before']} and {e['step']}"
+        return Outcome(ours, NO_DATA, "", test + "; checkpoints on both sides of the limit decide nothing", [src],
+                       note="the checkpoints bracket the limit")  # fmt: skip
+    return Outcome(ours, e["verdict"], "", test, [src])
 
 
 def _drift_shape(f: pl.DataFrame) -> tuple[str, str]:

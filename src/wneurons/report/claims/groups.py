@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import polars as pl
 
+from wneurons.core.uncertainty import MIN_RESAMPLING_UNITS, equivalence_interval
 from wneurons.experiment.grid import condition_key, format_percent, parse_condition_key
 from wneurons.report.claims.run import (
     FAILS,
     HOLDS,
     MIN_GROUPS,
     NO_DATA,
+    Margin,
     NotRun,
     Outcome,
     Run,
     combine,
+    difference_verdict,
     fmt,
     fmt_ci,
     has_ci,
@@ -28,9 +31,12 @@ from wneurons.report.claims.run import (
 )
 
 GROUP_ALPHA = 0.05  # C14's paired tests (group vs group, term vs clean)
+# C14's equivalence margin: a group that costs within ±1 BLiMP point of the peak group (or a term whose drop vs
+# clean is within ±1 point of none) is not beaten (not affected): the runs' 1-point resolution, as C11's.
+C14_MARGIN = Margin(0.01, GROUP_ALPHA, "the 1-point resolution the runs are sized for, as C11's")
 C14_TERMS = ("ellipsis", "subject_verb_agreement")  # the spec asks for both among the peak group's top terms
-MIN_NPI_ITEMS = 100  # C16: a 20-point drop from fewer items has a 95% CI wider than ±8 points
 NPI_BAND = (0.15, 0.25)  # C16: "+20%" read as 20 ± 5 points
+C16_ALPHA = 0.05  # C16's 95% CI; with no discordant NPI item, the exact one-sided 97.5% bound stands in for it
 
 
 def scope_layers(run: Run, model: str) -> tuple[dict[str, list[int]], int]:
@@ -69,13 +75,14 @@ def _group_drops(run: Run, model: str, bench: str, kind: str, group_kind: str | 
     return dict(sorted(out.items())), src
 
 
-def _group_vs_group(frame: pl.DataFrame, best: int, other: int) -> tuple[float, float]:
-    """(how much more g<best> costs than g<other> on the same items, its p-value) from the paired between-group
-    rows (reference the later group, condition the earlier)."""
+def _group_vs_group(frame: pl.DataFrame, best: int, other: int) -> tuple[float, float, bool]:
+    """(how much more g<best> costs than g<other> on the same items, its p-value, whether the two cost the same
+    within ±C14_MARGIN by TOST) from the paired between-group rows (reference the later group, condition the
+    earlier)."""
     early, late = sorted((best, other))
     row = paired_row(frame, condition_key(f"g{late}", "wasserstein", 1), condition_key(f"g{early}", "wasserstein", 1))
     sign = 1 if best == early else -1
-    return sign * row["drop"], row["p_value"]
+    return sign * row["drop"], row["p_value"], difference_verdict(row, C14_MARGIN).equivalent
 
 
 def c14_early_groups(run: Run, model: str) -> Outcome:
@@ -100,11 +107,17 @@ def c14_early_groups(run: Run, model: str) -> Outcome:
     # an early peak is tested against every later group; a late one against every early group
     targets = [k for k in drops if k not in early] if best in early else sorted(early)
     versus = [(k, *_group_vs_group(frame, best, k)) for k in targets]
-    beats = [(k, d, p) for k, d, p in versus if d > 0 and p < GROUP_ALPHA]
-    ours += f"; g{best} vs " + ", ".join(f"g{k}: +{fmt(100 * d)} pts (p = {fmt(p)})" for k, d, p in versus)
-    beaten = {k for k, _, _ in beats}
+    beaten = {k for k, d, p, _ in versus if d > 0 and p < GROUP_ALPHA}
+    tied = {k for k, _, _, same in versus if same}
+    ours += f"; g{best} vs " + ", ".join(
+        f"g{k}: +{fmt(100 * d)} pts (p = {fmt(p)}{', equivalent' if same else ''})" for k, d, p, same in versus
+    )
+    notes = []
     if best not in early:  # a later group costs significantly more than every early one: against the claim
         place = FAILS if beaten >= set(targets) else NO_DATA
+    elif tied:  # the early peak costs the same as a later group: it is not the largest
+        place = FAILS
+        notes.append(f"g{best} equivalent to " + ", ".join(f"g{k}" for k in sorted(tied)))
     else:
         place = HOLDS if beaten >= set(targets) else NO_DATA
     terms = {}
@@ -116,7 +129,11 @@ def c14_early_groups(run: Run, model: str) -> Outcome:
         except NotRun:
             continue
     top3 = sorted((t for t in drops[best] if t != "all"), key=lambda t: -drops[best][t])[:3]
-    if len(terms) < len(C14_TERMS):
+    unaffected = [t for t, r in terms.items() if difference_verdict(r, C14_MARGIN).equivalent]
+    if unaffected:  # a term whose drop is equivalent to none is not among the most affected
+        term_verdict = FAILS
+        notes.append(f"{', '.join(unaffected)} unaffected")
+    elif len(terms) < len(C14_TERMS):
         term_verdict = NO_DATA
     elif any(r["p_value"] >= GROUP_ALPHA or r["drop"] <= 0 for r in terms.values()):
         term_verdict = NO_DATA  # a drop indistinguishable from none cannot be ranked
@@ -127,9 +144,12 @@ def c14_early_groups(run: Run, model: str) -> Outcome:
     )
     test = (
         f"peak group early (ends before layer {n_layers / 4:g}) and > every later group, paired p < {GROUP_ALPHA}; "
-        f"top-3 terms include ellipsis and S-V agreement, each p < {GROUP_ALPHA} vs clean"
+        f"top-3 terms include ellipsis and S-V agreement, each p < {GROUP_ALPHA} vs clean; a group or term "
+        f"equivalent within {C14_MARGIN.words()} (TOST) does not hold"
     )
-    return Outcome(ours, combine([place, term_verdict]), "", test, [src])
+    note = f"equivalent within {C14_MARGIN.words()}: {'; '.join(notes)}" if notes else ""
+    verdict = combine([place, term_verdict])
+    return Outcome(ours, verdict, "", test, [src], note=note, margin=C14_MARGIN.words(), alpha=GROUP_ALPHA)
 
 
 def _monotone(drops: dict[int, dict[str, float]], tolerance: float = 0.01) -> tuple[list[str], list[str]]:
@@ -159,8 +179,10 @@ def c15_cumulative_blimp(run: Run, model: str) -> Outcome:
 
 
 def c16_npi_first_group(run: Run, model: str) -> Outcome:
-    """The NPI accuracy drop of g1 (the first 4 layers) is 20 ± 5 points: holds when its CI lies inside the band,
-    fails when it lies outside; needs MIN_NPI_ITEMS items and g1 = layers 0-3."""
+    """The NPI accuracy drop of g1 (the first 4 layers) is 20 ± 5 points: holds when its 95% CI lies inside the
+    band, does not hold when it lies wholly outside it (at any n: a CI from few items is wide and rarely does),
+    otherwise not enough data; needs a CI (MIN_RESAMPLING_UNITS items) and g1 = layers 0-3. With no NPI item
+    changed the bootstrap CI is the point 0 at any n; the exact bound ±(1 − 0.025^(1/n)) replaces it."""
     from wneurons.store.data import NPI_FAMILY
 
     frame, src = paired(run, model, "tse")
@@ -170,16 +192,22 @@ def c16_npi_first_group(run: Run, model: str) -> Outcome:
     lo, hi = row["ci_lo"], row["ci_hi"]
     ours = f"NPI accuracy drop at g1 (layers {g1}): {fmt(100 * row['drop'])} pts (n = {row['n']})"
     ci = fmt_ci(lo, hi, 100)
-    if g1 is not None and g1 != [0, 1, 2, 3]:
-        return Outcome(ours, NO_DATA, ci, "g1 is not the first 4 layers (layer_groups.size: 4)", [src])
-    if row["n"] < MIN_NPI_ITEMS or not has_ci(row):
-        out = too_few(ours, row["n"], "NPI items", MIN_NPI_ITEMS, [src])
-        out.ci = ci
-        return out
     low, high = NPI_BAND
+    band = {"margin": f"band {100 * low:g}–{100 * high:g} pts", "alpha": C16_ALPHA}
+    if g1 is not None and g1 != [0, 1, 2, 3]:
+        return Outcome(ours, NO_DATA, ci, "g1 is not the first 4 layers (layer_groups.size: 4)", [src], **band)
+    if row["n"] < MIN_RESAMPLING_UNITS or not has_ci(row):
+        out = too_few(ours, row["n"], "NPI items", MIN_RESAMPLING_UNITS, [src])
+        out.ci, out.margin, out.alpha = ci, band["margin"], band["alpha"]
+        return out
+    if (row.get("only_reference") or 0) + (row.get("only_condition") or 0) == 0 and "only_reference" in row:
+        lo, hi, how = equivalence_interval(row, C16_ALPHA / 2)  # the exact bound of "no item changed"
+        ours += f"; {how}"
+        ci = fmt_ci(lo, hi, 100)
     verdict = HOLDS if low <= lo and hi <= high else FAILS if hi < low or lo > high else NO_DATA
-    test = f"CI inside {100 * low:g}–{100 * high:g} pts holds, outside it fails"
-    return Outcome(ours, verdict, ci, test, [src])
+    note = "CI wholly outside the band" if verdict == FAILS else ""
+    test = f"95% CI inside {100 * low:g}–{100 * high:g} pts holds, wholly outside it does not"
+    return Outcome(ours, verdict, ci, test, [src], note=note, **band)
 
 
 def c17_cumulative_tse(run: Run, model: str) -> Outcome:

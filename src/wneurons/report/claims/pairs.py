@@ -63,14 +63,45 @@ def c19_nn_pairs(run: Run, model: str) -> Outcome:
 
 
 def composition(run: Run, model: str, percent: float, top_k: int) -> tuple[pl.DataFrame, str]:
-    frame, src = run.parquet(model, "composition", ("layer", "top_k", "share_nn", "share_pn", "share_pp"))
-    pcol = next((c for c in ("percent", "selection_percent", "md_percent", "selection") if c in frame.columns), None)
-    if pcol is not None:
-        frame = frame.filter(pl.col(pcol).cast(pl.Float64) == percent)
-    frame = frame.filter(pl.col("top_k") == top_k).sort("layer")
-    if frame.height == 0:
-        raise NotRun(f"{src} has no rows for {format_percent(percent)}% / top {top_k}")
-    return frame, src
+    """The NN / PN / PP composition by layer of the top ``percent``% MD neurons' top ``top_k`` pairs: the rows of
+    ``pairs/composition.parquet``, else (a model no figure selects from has an empty one) recomputed from the
+    pair signs beside it (:func:`composition_from_signs`)."""
+    try:
+        frame, src = run.parquet(model, "composition", ("layer", "top_k", "share_nn", "share_pn", "share_pp"))
+        names = ("percent", "selection_percent", "md_percent", "selection")
+        pcol = next((c for c in names if c in frame.columns), None)
+        if pcol is not None:
+            frame = frame.filter(pl.col(pcol).cast(pl.Float64) == percent)
+        frame = frame.filter(pl.col("top_k") == top_k).sort("layer")
+        if frame.height:
+            return frame, src
+        why = f"{src} has no rows for {format_percent(percent)}% / top {top_k}"
+    except NotRun as absent:
+        why = str(absent)
+        if "is empty" not in why:
+            raise
+    return composition_from_signs(run, model, percent, top_k, why)
+
+
+def composition_from_signs(run: Run, model: str, percent: float, top_k: int, why: str) -> tuple[pl.DataFrame, str]:
+    """The composition recomputed from ``pairs/signs.parquet`` (beside the composition file) by the analysis' own
+    rules: per layer the top ``percent``% by md_pairs (core.selection.top_percent_indices, the authors' rule),
+    shares of their top-``top_k`` pairs (core.pairs.composition). NotRun (with ``why``) when the signs lack
+    ``top_k``."""
+    from wneurons.core.pairs import composition as pooled_shares
+    from wneurons.core.selection import top_percent_indices
+
+    path = run.path(model, "composition").parent / "signs.parquet"
+    if not path.exists():
+        raise NotRun(f"{why}; no pair signs beside it")
+    signs = pl.read_parquet(path)
+    if f"n_nn_at_{top_k}" not in signs.columns:
+        raise NotRun(f"{why}; {run.rel(path)} has no top-{top_k} counts")
+    chosen = [
+        rows[top_percent_indices(rows["md_pairs"].to_numpy(), percent)].select("layer", "neuron")
+        for _, rows in signs.group_by("layer", maintain_order=True)
+    ]
+    return pooled_shares(signs, pl.concat(chosen), top_k, percent).sort("layer"), run.rel(path)
 
 
 def c20_pythia_nn(run: Run, model: str) -> Outcome:
