@@ -258,3 +258,26 @@ def test_generation_tasks_are_refused(tiny_model, tmp_path):
     suite = LmEvalSuite(tasks=("toy_generation",), include_path=str(tmp_path))
     with pytest.raises(ValueError, match="generate_until.*loglikelihood, multiple_choice"):
         score_suite(tiny_model("llama"), char_tokenizer(), suite)
+
+
+def test_a_cuda_oom_reruns_the_suite_at_half_the_batch(tiny_model, task_dir, monkeypatch, caplog):
+    import logging
+
+    import lm_eval
+
+    model, tokenizer = tiny_model("llama"), char_tokenizer()
+    suite = suite_of(task_dir, limits=3)
+    expected, expected_items = score_suite(model, tokenizer, suite, batch_size=2)
+    real, batch_sizes = lm_eval.simple_evaluate, []
+
+    def oom_once(*args, **kwargs):
+        batch_sizes.append(kwargs["model"].batch_size)
+        if len(batch_sizes) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected by the test)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", oom_once)
+    with caplog.at_level(logging.WARNING):
+        summary, items = score_suite(model, tokenizer, suite, batch_size=4)
+    assert batch_sizes == [4, 2] and "CUDA out of memory at batch 4: retrying at 2" in caplog.text
+    assert items.equals(expected_items) and summary["overall"] == expected["overall"]
