@@ -11,9 +11,9 @@ log() { echo "down.sh: $*" >&2; }
 
 # Jobs first: their slurmstepd processes outlive slurmd, so cancel them while the controller still answers.
 if alive slurmctld; then
-  timeout 10 scancel -p "$PARTITION" 2>/dev/null || true
+  for p in "$PARTITION" "$PARTITION-cancel" "$PARTITION-urgent"; do timeout 10 scancel -p "$p" 2>/dev/null || true; done
   for _ in $(seq 1 10); do
-    [ -z "$(timeout 5 squeue -h -p "$PARTITION" -t RUNNING,COMPLETING 2>/dev/null)" ] && break
+    [ -z "$(timeout 5 squeue -h -p "$PARTITION,$PARTITION-cancel,$PARTITION-urgent" -t RUNNING,COMPLETING 2>/dev/null)" ] && break
     sleep 1
   done
 fi

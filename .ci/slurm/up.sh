@@ -18,12 +18,19 @@
 #   SLURM_CI_MEM_MB     node RealMemory in MB                            (default: physical - max(4 GiB, 20 %))
 #   SLURM_CI_CPUS       node CPUs                                        (default: 4 x this machine's)
 #   SLURM_CI_TIMEOUT    seconds allowed for each wait (install, node idle, smoke job)    (default 120)
+#   SLURM_CI_MAXTIME    every partition's MaxTime in minutes; must match profiles/slurm-ci/site.yaml (default 15)
+#
+# Configured like a real site, not an unlimited one: a finite MaxTime with EnforcePartLimits=ALL (a longer request is
+# refused at submission), and preemption by partition priority: jobs of the default partition ($PARTITION,
+# PreemptMode=REQUEUE) and of $PARTITION-cancel (PreemptMode=CANCEL) are preempted by any job of $PARTITION-urgent
+# that needs their CPUs (tests/workflow/test_slurm_faults.py submits one).
 set -euo pipefail
 
 HERE=$(dirname "$0")
 # shellcheck source=SCRIPTDIR/lib.sh
 . "$HERE/lib.sh"
 TIMEOUT=${SLURM_CI_TIMEOUT:-120}
+MAXTIME=${SLURM_CI_MAXTIME:-15}
 HOST=$(hostname -s)
 
 log() { echo "up.sh: $*" >&2; }
@@ -35,7 +42,7 @@ die() {
   done
   exit 1
 }
-node_state() { timeout 10 sinfo -h -N -n "$HOST" -o %T 2>/dev/null || true; }
+node_state() { timeout 10 sinfo -h -N -n "$HOST" -p "$PARTITION" -o %T 2>/dev/null || true; }  # one line per partition without -p
 
 # Poll `$2` (a shell condition) once a second for at most $TIMEOUT s; `$1` names the wait in errors.
 wait_for() {
@@ -72,7 +79,9 @@ fi
 # (a daemon gone, node drained, jobs failing) is torn down and started afresh.
 running=0
 for d in $DAEMONS; do alive "$d" && running=$((running + 1)); done
-if [ "$running" = 3 ] && [[ "$(node_state)" =~ ^(idle|mixed|allocated)$ ]] && smoke_test; then
+# A cluster of an older up.sh (other limits) is restarted too.
+configured() { grep -q "MaxTime=$MAXTIME .*PreemptMode=REQUEUE" "$BASE/etc/slurm.conf" 2>/dev/null && grep -q '^EnforcePartLimits=ALL' "$BASE/etc/slurm.conf"; }
+if [ "$running" = 3 ] && configured && [[ "$(node_state)" =~ ^(idle|mixed|allocated)$ ]] && smoke_test; then
   log "cluster already up under $BASE"
   sinfo -p "$PARTITION"
   exit 0
@@ -136,6 +145,16 @@ SelectTypeParameters=CR_Core_Memory
 # srun/sbatch without --mem must not reserve the whole node.
 DefMemPerCPU=500
 ReturnToService=2
+# A request over a partition's limits is refused at submission, as at most sites (the default, NO, leaves it pending
+# forever with Reason=PartitionTimeLimit).
+EnforcePartLimits=ALL
+# A job past its time limit is signalled, then killed 5 s later.
+KillWait=5
+OverTimeLimit=0
+# Preemption by partition priority (a job of a higher PriorityTier takes the CPUs of lower ones); what happens to the
+# preempted job is the partition's PreemptMode.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 # The node declares more CPUs than it has (SLURM_CI_CPUS): use the configured counts, do not drain the node.
 SlurmdParameters=config_overrides
 # squeue only sees finished jobs for MinJobAge seconds; the slurm executor plugin needs
@@ -147,7 +166,9 @@ JobCompType=jobcomp/none
 MpiDefault=none
 GresTypes=gpu
 $NODELINE NodeAddr=127.0.0.1 Gres=gpu:2 State=UNKNOWN
-PartitionName=$PARTITION Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
+PartitionName=$PARTITION Nodes=$HOST Default=YES MaxTime=$MAXTIME State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=$PARTITION-cancel Nodes=$HOST MaxTime=$MAXTIME State=UP PriorityTier=1 PreemptMode=CANCEL
+PartitionName=$PARTITION-urgent Nodes=$HOST MaxTime=$MAXTIME State=UP PriorityTier=2 PreemptMode=OFF
 EOF
 # A gpu GRES without File= is silently dropped and the node drains; /dev/null stands in for a device.
 cat >"$BASE/etc/gres.conf" <<EOF
@@ -171,4 +192,4 @@ for d in $DAEMONS; do wait_for "$d pid file" "alive $d"; done
 wait_for "node $HOST to become idle" '[ "$(node_state)" = idle ]'
 smoke_test || die "smoke jobs failed (srun, then srun --gpus=1 expecting CUDA_VISIBLE_DEVICES=0)"
 sinfo -p "$PARTITION"
-log "cluster up in $((SECONDS - start))s: partition=$PARTITION RealMemory=${MEM_MB}MB cpus=$CPUS gres=gpu:2 state=$BASE"
+log "cluster up in $((SECONDS - start))s: partition=$PARTITION (+ -cancel, -urgent) MaxTime=${MAXTIME}min RealMemory=${MEM_MB}MB cpus=$CPUS gres=gpu:2 state=$BASE"

@@ -26,6 +26,7 @@ import subprocess
 from pathlib import Path
 
 import snakemake_executor_plugin_slurm as slurm_plugin
+from snakemake.io import is_flagged
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings as SlurmExecutorSettings
 from snakemake_executor_plugin_slurm import common_settings as slurm_common_settings
@@ -59,6 +60,13 @@ def gpus_of(job: JobExecutorInterface) -> int:
     return int(job.resources.get("gpu", 0) or 0)
 
 
+def member_entry(member: JobExecutorInterface) -> tuple[str, list[str], list[str]]:
+    """A member of an allocation as its manifest records it: target spec, outputs, temporary outputs."""
+    outputs = [str(f) for f in member.output]
+    temporary = [str(f) for f in member.output if is_flagged(f, "temp")]
+    return encode_target_jobs_cli_args(member.get_target_spec())[0], outputs, temporary
+
+
 def remove_unfinished_outputs(job: JobExecutorInterface, manifest: Path | None, log) -> list[str]:
     """Delete the outputs of every member of the failed ``job`` (a group job or a single job) that its allocation
     did not finish (no record in its ledger: :mod:`wneurons.jobs.ledger`), and return them.
@@ -69,8 +77,8 @@ def remove_unfinished_outputs(job: JobExecutorInterface, manifest: Path | None, 
     delete for each unfinished job on its own, so the retry (or a later run) redoes exactly those."""
     removed = []
     for member in job.jobs if job.is_group() else [job]:
-        outputs = [str(f) for f in member.output]
-        if manifest is not None and ledger.finished(outputs, manifest):
+        _, outputs, temporary = member_entry(member)
+        if manifest is not None and ledger.finished(outputs, manifest, temporary):
             continue
         for f in map(Path, outputs):
             if f.is_dir() and not f.is_symlink():
@@ -156,7 +164,16 @@ class Executor(SlurmExecutor):
             )
 
     def report_job_error(self, job_info, msg=None, **kwargs) -> None:
-        remove_unfinished_outputs(job_info.job, self.manifest_of(job_info.job), self.logger)
+        job, manifest = job_info.job, self.manifest_of(job_info.job)
+        members = job.jobs if job.is_group() else [job]
+        done = sum(ledger.finished(outs, manifest, temporary) for _, outs, temporary in map(member_entry, members))
+        # One line with the checkpoint, the cause and what is kept: Snakemake's own error lists every member.
+        cause = (msg or "failed").splitlines()[0]
+        self.logger.warning(
+            f"wneurons-slurm: allocation {job.name} (SLURM job {job_info.external_jobid}): {cause} "
+            f"{done} of {len(members)} members finished and are kept; a retry runs the other {len(members) - done}"
+        )
+        remove_unfinished_outputs(job, manifest, self.logger)
         super().report_job_error(job_info, msg, **kwargs)
 
     def manifest_of(self, job: JobExecutorInterface) -> Path:
@@ -175,10 +192,7 @@ class Executor(SlurmExecutor):
         Writes the allocation's manifest (:mod:`wneurons.jobs.ledger`), which the allocation reads to skip members
         an earlier attempt finished."""
         members = job.jobs if job.is_group() else [job]
-        ledger.write_manifest(
-            self.manifest_of(job),
-            [(encode_target_jobs_cli_args(m.get_target_spec())[0], [str(f) for f in m.output]) for m in members],
-        )
+        ledger.write_manifest(self.manifest_of(job), [member_entry(m) for m in members])
         args = super().get_job_args(job, **kwargs)
         extra = [
             # The allocation's CPUs (sbatch --cpus-per-task = the job's threads), not the node's: a later --cores

@@ -147,8 +147,17 @@ def of_config(function):
 # ---------------------------------------------------------------- resources and allocations (cluster facts: site)
 # The site's limits and GPU placement: the file `site` of the config (the user's site profile sets it,
 # profiles/site.example), else the defaults of wneurons.experiment.allocations.Site.
+def site_file():
+    """``site`` of the config: relative to the working directory, else to the repository (a profile's path)."""
+    path = config["site"]
+    if path and not os.path.isabs(path) and not os.path.exists(path):
+        in_repository = Path(workflow.basedir) / path
+        return str(in_repository) if in_repository.exists() else path
+    return path
+
+
 try:
-    SITE = allocations.Site.from_file(config["site"])
+    SITE = allocations.Site.from_file(site_file())
 except ValueError as err:
     sys.exit(str(err))
 PLANNER = allocations.Planner(config, SITE)

@@ -183,21 +183,26 @@ def load_minutes(params_b: float, precision: str) -> float:
     return (STARTUP_S + params_b * BYTES_PER_PARAM[precision] / LOAD_GBPS) / 60
 
 
-def job_minutes(config: dict, site: Site, rule: str, wildcards: dict) -> int:
-    """Walltime minutes one job of ``rule`` may need: margin x its compute, plus its model's load."""
+def job_minutes(config: dict, site: Site, rule: str, wildcards: dict) -> float:
+    """Walltime minutes one job of ``rule`` may need once its model is loaded: margin x its compute."""
     model = config["models"][wildcards["model"]]
     params_b = model["params_b"]
     if rule == "neuron_stats":
         layers = collected_layers(config, wildcards["model"], wildcards["revision"])
         seconds = shard_bytes(config, wildcards["model"], layers) / STATS_BYTES_PER_S
-        return math.ceil(site.margin * seconds / 60 + STARTUP_S / 60)
-    if rule == "weight_rows":
+    elif rule == "weight_rows":
         seconds = params_b * 1e9 * 2 / WEIGHT_READ_BYTES_PER_S  # worst case: every weight file read (.bin shards)
-        return math.ceil(site.margin * seconds / 60 + STARTUP_S / 60)
-    precision = precision_of(config, rule)
-    tflops = site.tflops or SUSTAINED_TFLOPS[precision]
-    seconds = 2 * params_b * 1e9 * tokens_of(config, rule, wildcards) / (tflops * 1e12)
-    return math.ceil(site.margin * seconds / 60 + load_minutes(params_b, precision))
+    else:
+        tflops = site.tflops or SUSTAINED_TFLOPS[precision_of(config, rule)]
+        seconds = 2 * params_b * 1e9 * tokens_of(config, rule, wildcards) / (tflops * 1e12)
+    return site.margin * seconds / 60
+
+
+def allocation_load_minutes(config: dict, model: str) -> float:
+    """What an allocation pays once before its first job computes: imports and its model's weights (at the larger
+    of the two stages' precisions)."""
+    precision = max((precision_of(config, r) for r in ("collect_activations", "score_clean")), key=BYTES_PER_PARAM.get)
+    return load_minutes(config["models"][model]["params_b"], precision)
 
 
 def job_mem_mb(config: dict, site: Site, rule: str, wildcards: dict, attempt: int = 1) -> int:
@@ -271,15 +276,20 @@ def _pair_sampled(config: dict, model: str, revision: str) -> bool:
     return sampled or (model in targets.pair_models(config) and revision in targets.revisions(config, model))
 
 
-def pack(minutes: list[int], limit: int) -> list[int]:
-    """Allocation index of each job, in order: an allocation takes jobs while their sum stays within ``limit``."""
-    index, used, out = 0, 0, []
+def pack(minutes: list[float], load: float, limit: int) -> tuple[list[int], list[int]]:
+    """Allocation index and requested minutes of each job, in order: an allocation takes jobs while the sum of their
+    whole minutes (Snakemake asks the sum of its members' runtimes) stays within ``limit``; its first job carries
+    the allocation's ``load`` (every job at least a minute, SLURM's unit)."""
+    index, used, indices, requested = 0, 0, [], []
     for m in minutes:
-        if used and used + m > limit:
+        alone = math.ceil(m + load)
+        if used and used + max(1, math.ceil(m)) > limit:
             index, used = index + 1, 0
-        used += m
-        out.append(index)
-    return out
+        ask = alone if used == 0 else max(1, math.ceil(m))
+        used += ask
+        indices.append(index)
+        requested.append(ask)
+    return indices, requested
 
 
 class AllocationTooLong(ValueError):
@@ -287,39 +297,50 @@ class AllocationTooLong(ValueError):
 
 
 class Planner:
-    """The allocations of a run's checkpoints under one site, computed once per checkpoint (the group function
-    of every allocated rule asks it for each job of the DAG)."""
+    """The allocations of a run's checkpoints under one site, computed once per checkpoint (the group and runtime
+    functions of every allocated rule ask it for each job of the DAG)."""
 
     def __init__(self, config: dict, site: Site) -> None:
         self.config, self.site = config, site
-        self._plans: dict[tuple[str, str], dict[JobKey, int]] = {}
+        self._plans: dict[tuple[str, str], dict[JobKey, tuple[int, int]]] = {}
 
-    def minutes(self, rule: str, wildcards: dict) -> int:
-        return job_minutes(self.config, self.site, rule, wildcards)
-
-    def plan(self, model: str, revision: str) -> dict[JobKey, int]:
-        """{job: allocation index} of one checkpoint. A job longer than the site's limit is an error naming it."""
+    def plan(self, model: str, revision: str) -> dict[JobKey, tuple[int, int]]:
+        """{job: (allocation index, requested minutes)} of one checkpoint. A job longer than the site's limit is an
+        error naming it."""
         if (model, revision) not in self._plans:
             jobs = checkpoint_jobs(self.config, model, revision)
-            minutes = [self.minutes(rule, w) for rule, w in jobs]
+            load = allocation_load_minutes(self.config, model)
+            minutes = [job_minutes(self.config, self.site, rule, w) for rule, w in jobs]
             for (rule, w), m in zip(jobs, minutes, strict=True):
-                if m > self.site.max_runtime:
+                if math.ceil(m + load) > self.site.max_runtime:
                     raise AllocationTooLong(
-                        f"{rule} {'/'.join(str(v) for v in w.values())} needs {m} minutes, more than the site's "
-                        f"max_runtime {self.site.max_runtime} (wneurons-slurm-max-runtime): raise it, or cap the "
-                        "job's data (evaluation.*_per_*, perplexity_max_tokens, neurons.max_tokens)"
+                        f"{rule} {'/'.join(str(v) for v in w.values())} needs {math.ceil(m + load)} minutes, more "
+                        f"than the site's max_runtime {self.site.max_runtime} (site file, max_runtime): raise it, or "
+                        "cap the job's data (evaluation.*_per_*, perplexity_max_tokens, neurons.max_tokens)"
                     )
-            indices = pack(minutes, self.site.max_runtime)
-            self._plans[model, revision] = {job_key(r, w): i for (r, w), i in zip(jobs, indices, strict=True)}
+            indices, requested = pack(minutes, load, self.site.max_runtime)
+            self._plans[model, revision] = {
+                job_key(r, w): (i, ask) for (r, w), i, ask in zip(jobs, indices, requested, strict=True)
+            }
         return self._plans[model, revision]
+
+    def _planned(self, rule: str, wildcards: dict) -> tuple[int, int] | None:
+        return self.plan(wildcards["model"], wildcards["revision"]).get(job_key(rule, wildcards))
+
+    def minutes(self, rule: str, wildcards: dict) -> int:
+        """The walltime a job asks: its share of its allocation's (the first job also its model's load)."""
+        planned = self._planned(rule, wildcards)
+        if planned is None:
+            load = allocation_load_minutes(self.config, wildcards["model"])
+            return math.ceil(job_minutes(self.config, self.site, rule, wildcards) + load)
+        return planned[1]
 
     def group(self, rule: str, wildcards: dict) -> str:
         """The allocation (Snakemake group) of one job: ``gpu-{model}-{revision}-a{k}``."""
         model, revision = wildcards["model"], wildcards["revision"]
-        key = job_key(rule, dict(wildcards.items()))
-        index = self.plan(model, revision).get(key)
-        if index is None:
-            # A job the plan does not list (a target asked for by hand outside the config's grid) gets an
-            # allocation of its own.
+        planned = self._planned(rule, wildcards)
+        if planned is None:
+            # A job the plan does not list (a target asked for by hand outside the config's grid, a pair sample
+            # from kept shards) gets an allocation of its own.
             return f"gpu-{model}-{revision}-{rule}"
-        return f"gpu-{model}-{revision}-a{index}"
+        return f"gpu-{model}-{revision}-a{planned[0]}"

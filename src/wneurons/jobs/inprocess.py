@@ -22,7 +22,9 @@ Two pieces of shared state need care when jobs share a process:
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -85,10 +87,31 @@ def run_script(path: str | Path, **job: Any) -> None:
     namespace = {"__name__": "__wneurons_job__", "__file__": path, "snakemake": SimpleNamespace(**job)}
     JOBS.add()
     try:
+        inject_fault(Path(path).name, job.get("wildcards") or {})
         exec(_compiled(path, (stat.st_mtime_ns, stat.st_size)), namespace)
     except BaseException:
         JOBS.add(failed=True)
         raise
+
+
+def inject_fault(script: str, wildcards: Any) -> None:
+    """Fault tests only (tests/workflow/test_slurm_faults.py), never set in a real run:
+    ``WNEURONS_INJECT_DELAY=<seconds>`` makes every job wait that long first (so that a fault can strike while an
+    allocation of the tiny test project still runs); ``WNEURONS_INJECT_FAULT=<script>:<benchmark>:<marker>`` makes
+    the first job of that script and benchmark raise, once (creating the marker file records it, atomically across
+    processes)."""
+    if os.environ.get("WNEURONS_INJECT_DELAY"):
+        time.sleep(float(os.environ["WNEURONS_INJECT_DELAY"]))
+    spec = os.environ.get("WNEURONS_INJECT_FAULT")
+    if not spec:
+        return
+    name, benchmark, marker = spec.split(":", 2)
+    if script == name and wildcards.get("benchmark") == benchmark:
+        try:
+            Path(marker).touch(exist_ok=False)
+        except FileExistsError:
+            return
+        raise RuntimeError(f"injected fault (WNEURONS_INJECT_FAULT) in {script} {benchmark}")
 
 
 def in_main_thread() -> bool:

@@ -40,14 +40,18 @@ def ledger_dir(manifest: Path) -> Path:
     return manifest.with_suffix("")
 
 
-def write_manifest(path: Path, members: list[tuple[str, list[str]]]) -> None:
-    """``members``: (target spec, outputs) of every job of the allocation."""
+def write_manifest(path: Path, members: list[tuple[str, list[str], list[str]]]) -> None:
+    """``members``: (target spec, outputs, the outputs among them that are temporary) of every job of the
+    allocation. A temporary output (activation shards) is deleted once its readers are done, so a finished job need
+    not still have it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, {"members": [{"target": t, "outputs": sorted(map(str, o))} for t, o in members]})
+    body = [{"target": t, "outputs": sorted(map(str, o)), "temporary": sorted(map(str, tmp))} for t, o, tmp in members]
+    write_json(path, {"members": body})
 
 
-def read_manifest(path: Path) -> list[tuple[str, list[str]]]:
-    return [(m["target"], m["outputs"]) for m in json.loads(Path(path).read_text())["members"]]
+def read_manifest(path: Path) -> list[tuple[str, list[str], list[str]]]:
+    members = json.loads(Path(path).read_text())["members"]
+    return [(m["target"], m["outputs"], m["temporary"]) for m in members]
 
 
 def _record_name(outputs: list[str]) -> str:
@@ -68,12 +72,12 @@ def record_finished(outputs: list[str], manifest: Path | None = None) -> Path | 
     return path
 
 
-def finished(outputs: list[str], manifest: Path) -> bool:
-    """Whether the member with ``outputs`` has a record and every output still exists."""
+def finished(outputs: list[str], manifest: Path, temporary: list[str] = ()) -> bool:
+    """Whether the member with ``outputs`` has a record and every output that is not ``temporary`` still exists."""
     record = ledger_dir(manifest) / _record_name(outputs)
-    return record.is_file() and all(os.path.lexists(o) for o in outputs)
+    return record.is_file() and all(os.path.lexists(o) for o in outputs if o not in temporary)
 
 
 def unfinished_members(manifest: Path) -> list[str]:
     """Target specs of the members of the allocation that have not finished."""
-    return [t for t, outputs in read_manifest(manifest) if not finished(outputs, manifest)]
+    return [t for t, outputs, tmp in read_manifest(manifest) if not finished(outputs, manifest, tmp)]

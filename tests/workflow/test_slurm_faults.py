@@ -1,0 +1,235 @@
+"""The faults a real SLURM site produces, injected into runs of the tiny project through `profiles/slurm` on the
+localhost cluster of `.ci/slurm/up.sh` (configured like a site: finite MaxTime, EnforcePartLimits=ALL, preemptible
+partitions). Each run ends with results identical to a local run, and every job of the checkpoint finished exactly
+once across all attempts, counted from the allocations' logs.
+
+Faults: a member that fails on its first attempt (the profile's default retries); an allocation killed by its time
+limit; a preemption (PreemptMode=CANCEL and REQUEUE); the node set DOWN while an allocation runs; the main Snakemake
+killed (kill -9) and restarted while its allocations run. Plus: the site's limit splits the checkpoint, and an
+allocation asking more than the partition's MaxTime is never submitted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from slurm_cluster import (
+    active_jobs,
+    allocation_logs,
+    cluster_up,
+    finish,
+    finished_jobs,
+    finished_over,
+    run_slurm,
+    running_allocation,
+    scontrol,
+    wait_for,
+)
+from tiny_project import REPO, make_tiny_project, snakemake
+
+from wneurons.experiment import paths
+from wneurons.lm.model_pool import count_allocations
+from wneurons.report.compare import compare_result_trees
+
+MODEL, REVISION = "tiny-llama", "main"
+GPU_RULES = {"collect_activations", "neuron_stats", "score_clean", "score_ablation", "matched_search"}
+PARTITION = os.environ.get("SLURM_CI_PARTITION", "ci")
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not cluster_up(), reason="no SLURM cluster (.ci/slurm/up.sh)")]
+
+
+def targets() -> list[str]:
+    return [paths.neurons(MODEL, REVISION)] + [paths.aggregate(MODEL, REVISION, b) for b in ("blimp", "tse", "ppl")]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[Path, Counter]:
+    """The local run's results, and the checkpoint's allocated jobs (rule, wildcards) from a dry run."""
+    root = tmp_path_factory.mktemp("faults-reference")
+    make_tiny_project(root)
+    snakemake(root, "--cores", "2", *targets())
+    return root / "results"
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    root = tmp_path / "project"
+    make_tiny_project(root)
+    return root
+
+
+def site_file(root: Path, partition: str) -> Path:
+    """profiles/slurm-ci's site with the GPU allocations in ``partition``."""
+    text = (REPO / "profiles/slurm-ci/site.yaml").read_text() + f"\ngpu_partition: {partition}\n"
+    path = root / f"site-{partition}.yaml"
+    path.write_text(text)
+    return path
+
+
+def start(root: Path, *args: str, env: dict | None = None, delay: float | None = None):
+    """The run in the background; ``delay``: seconds every job waits first (WNEURONS_INJECT_DELAY), so that a fault
+    strikes while an allocation of this tiny project still runs."""
+    env = os.environ if env is None else env
+    if delay:
+        env = env | {"WNEURONS_INJECT_DELAY": str(delay)}
+    return run_slurm(root, *args, *targets(), env=env)
+
+
+def finished_in_running_allocation(root: Path, at_least: int):
+    """A condition: some allocation of the checkpoint runs now and its log shows ``at_least`` finished jobs."""
+
+    def check() -> bool:
+        jobid = running_allocation(root, MODEL, REVISION)
+        if jobid is None:
+            return False
+        logs = [log for log in allocation_logs(root, MODEL, REVISION) if log.stem == jobid]
+        return bool(logs) and sum(finished_jobs(logs[0]).values()) >= at_least
+
+    return check
+
+
+def assert_complete_and_once(root: Path, reference: Path, out: str) -> Counter:
+    """Results equal the local run's; every allocated job finished exactly once over every allocation log."""
+    logs = allocation_logs(root, MODEL, REVISION)
+    done = finished_over(logs)
+    assert done, out[-4000:]
+    twice = {job: n for job, n in done.items() if n > 1}
+    assert not twice, f"jobs finished more than once: {twice}"
+    assert {rule for rule, _ in done} == GPU_RULES
+    assert compare_result_trees(reference, root / "results") == []
+    assert all(s["loads"] <= 1 for s in count_allocations(logs))
+    return done
+
+
+def test_site_limit_splits_the_checkpoint_and_each_allocation_fits(project, reference):
+    rc, out = finish(start(project, "--verbose"))
+    assert rc == 0, out[-4000:]
+    assert_complete_and_once(project, reference, out)
+    groups = {log.parent.name for log in allocation_logs(project, MODEL, REVISION)}
+    assert len(groups) >= 2, groups  # the CI site's 15 minutes cannot hold the checkpoint's ~20 one-minute jobs
+    asked = sbatch_minutes(out)
+    assert asked and max(asked) <= max_time_minutes(), (asked, max_time_minutes())
+
+
+def test_member_failing_once_is_retried_alone(project, reference):
+    marker = project / "fault-once"
+    env = os.environ | {"WNEURONS_INJECT_FAULT": f"score.py:tse:{marker}"}
+    rc, out = finish(start(project, env=env))
+    assert rc == 0, out[-4000:]
+    assert marker.exists(), "the fault was never injected"
+    done = assert_complete_and_once(project, reference, out)
+    summaries = count_allocations(allocation_logs(project, MODEL, REVISION))
+    assert sum(s["failed"] for s in summaries) == 1  # one failed member, the others went on (--keep-going)
+    assert sum(done.values()) == sum(s["jobs"] - s["failed"] for s in summaries)
+
+
+def test_allocation_killed_by_its_time_limit(project, reference):
+    proc = start(project, delay=12)  # the first allocation's 8 jobs take over 90 s
+    wait_for(finished_in_running_allocation(project, 3), "3 jobs finished in a running allocation", proc=proc)
+    jobid = running_allocation(project, MODEL, REVISION)
+    # Past its elapsed time: SLURM ends it with TIMEOUT at its next time-limit check (every 30 s at most).
+    scontrol("update", f"JobId={jobid}", "TimeLimit=1")
+    rc, out = finish(proc)
+    assert rc == 0, out[-4000:]
+    assert "TIMEOUT" in out
+    assert_complete_and_once(project, reference, out)
+
+
+@pytest.mark.parametrize("mode", ["cancel", "requeue"])
+def test_preempted_allocation(project, reference, mode):
+    partition = {"cancel": f"{PARTITION}-cancel", "requeue": PARTITION}[mode]
+    proc = start(project, "--config", f"site={site_file(project, partition)}", delay=4)
+    wait_for(finished_in_running_allocation(project, 3), "3 jobs finished in a running allocation", proc=proc)
+    # A job of the higher-priority partition that needs the whole node preempts the allocation.
+    urgent = subprocess.run(
+        ["sbatch", "--parsable", "-p", f"{PARTITION}-urgent", "--exclusive", "-t", "1", "--wrap", "sleep 10"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.strip()
+    try:
+        rc, out = finish(proc)
+    finally:
+        subprocess.run(["scancel", urgent], timeout=30)
+    assert rc == 0, out[-4000:]
+    assert "preempted" in out.lower()
+    assert_complete_and_once(project, reference, out)
+
+
+def test_node_set_down_during_an_allocation(project, reference):
+    node = socket.gethostname().split(".")[0]
+    proc = start(project, delay=4)
+    wait_for(finished_in_running_allocation(project, 3), "3 jobs finished in a running allocation", proc=proc)
+    scontrol("update", f"NodeName={node}", "State=DOWN", "Reason=fault-test")
+    try:
+        time.sleep(5)
+    finally:
+        scontrol("update", f"NodeName={node}", "State=RESUME")
+    rc, out = finish(proc)
+    assert rc == 0, out[-4000:]
+    assert "NODE_FAIL" in out
+    assert_complete_and_once(project, reference, out)
+
+
+def test_main_snakemake_killed_and_restarted_while_allocations_run(project, reference):
+    proc = start(project, delay=4)
+    wait_for(finished_in_running_allocation(project, 2), "2 jobs finished in a running allocation", proc=proc)
+    os.kill(proc.pid, signal.SIGKILL)  # the login session lost: the allocation runs on
+    proc.communicate(timeout=60)
+    assert active_jobs(project)
+    # A restart while the earlier run's allocation runs refuses, in one line, instead of starting a second copy.
+    rc, out = finish(start(project))
+    assert rc != 0
+    assert "allocation(s) of an earlier run" in out, out[-3000:]
+    wait_for(lambda: not active_jobs(project), "the earlier run's allocations to end")
+    rc, out = finish(start(project))
+    assert rc == 0, out[-4000:]
+    assert_complete_and_once(project, reference, out)
+
+
+def test_allocation_over_the_partition_limit_is_refused_by_the_site(project):
+    site = project / "site-long.yaml"
+    site.write_text("max_runtime: 600\ntflops: 0.1\n")  # believes the site allows 10 h: the partition allows 15 min
+    rc, out = finish(start(project, "--config", f"site={site}", "--retries", "0"))
+    # SLURM refuses (EnforcePartLimits=ALL) only if an allocation asked more than MaxTime; this one asks the
+    # checkpoint's whole sum, so sbatch must refuse it, in one line naming the time limit.
+    assert rc != 0
+    assert "Requested time limit is invalid" in out or "time limit" in out.lower(), out[-3000:]
+
+
+def scontrol_value(key: str) -> str:
+    out = subprocess.run(["scontrol", "show", "partition", PARTITION], capture_output=True, text=True, timeout=30)
+    for field in out.stdout.split():
+        if field.startswith(f"{key}="):
+            return field.split("=", 1)[1]
+    raise AssertionError(f"no {key} in scontrol show partition {PARTITION}")
+
+
+def max_time_minutes() -> int:
+    """The partition's MaxTime ([D-]HH:MM:SS) in minutes."""
+    value = scontrol_value("MaxTime")
+    days, _, clock = value.rpartition("-")
+    h, m, _ = (int(x) for x in clock.split(":"))
+    return int(days or 0) * 1440 + 60 * h + m
+
+
+def sbatch_minutes(out: str) -> list[int]:
+    """The walltime (-t) of every sbatch call a --verbose run logged."""
+    return [int(m) for m in re.findall(r"sbatch call: .*? -t '?(\d+)'?", out)]
+
+
+def test_the_ci_cluster_is_configured_like_a_site():
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30).stdout
+    assert "EnforcePartLimits       = ALL" in config
+    assert scontrol_value("MaxTime") not in ("UNLIMITED", "INFINITE") and max_time_minutes() <= 60
+    assert shutil.which("sbatch")
