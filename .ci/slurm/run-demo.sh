@@ -35,6 +35,9 @@ REFERENCE=${SLURM_DEMO_REFERENCE:-$WORKDIR/.snakemake/ci-local-run}
 MIN_CONCURRENT=${SLURM_DEMO_MIN_CONCURRENT:-2}
 OWN_CLUSTER=${SLURM_DEMO_OWN_CLUSTER:-1}
 PYTHON=$REPO/.venv/bin/python
+# The CI cluster's GPUs are stand-ins (/dev/null): its GPU jobs run on the CPU on purpose. sbatch --export=ALL carries
+# this into every allocation; without it a job given a GPU that cannot use CUDA fails at once (wneurons.lm.models).
+export WNEURONS_DEVICE=cpu
 # Rules that declare `gpu=1`; every other rule must not ask for a GPU.
 mapfile -t GPU_RULES < <("$PYTHON" -m wneurons.experiment.rule_files --root "$REPO" "gpu=1,")
 

@@ -65,7 +65,12 @@ def test_unknown_profile_key_is_rejected(tmp_path):
 def test_base_profile_settings(base_args):
     assert base_args.executor == "wneurons-slurm"
     assert base_args.jobs > 0
-    assert base_args.retries == 2
+    assert base_args.retries == 3
+    # One copy of an allocation at any time: SLURM never requeues, the executor resubmits what is left.
+    assert base_args.wneurons_slurm_no_requeue and base_args.keep_incomplete
+    assert base_args.group_components == {"gpu-allocation": 1000000} or "gpu-allocation" in str(
+        base_args.group_components
+    )
     assert base_args.rerun_incomplete and base_args.keep_going and base_args.printshellcmds
     assert base_args.latency_wait > 0
     assert base_args.wneurons_slurm_init_seconds_before_status_checks > 0
@@ -82,14 +87,19 @@ def test_default_resources_grow_with_attempt(base_args, name):
     assert values == sorted(set(values)), f"{name} must grow on every retry, got {values}"
 
 
-def test_ci_overlay_changes_only_cluster_facts(base_args, ci_args):
-    assert ci_args.executor == base_args.executor
-    assert ci_args.retries == base_args.retries
-    base, ci = raw_profile(BASE), raw_profile(CI)
+@pytest.mark.parametrize("overlay", [CI, ROOT / "profiles" / "site.example"], ids=["slurm-ci", "site.example"])
+def test_overlays_change_only_site_facts(base_args, overlay):
+    args = parse_profiles(BASE, overlay)
+    assert args.executor == base_args.executor
+    assert args.retries == base_args.retries
+    base, over = raw_profile(BASE), raw_profile(overlay)
     # `default-resources` is replaced wholesale by the overlay, so its restated defaults must not drift.
-    ci_defaults = dict(ci["default-resources"])
-    ci_defaults.pop("slurm_partition")
-    assert ci_defaults == base["default-resources"]
+    defaults = dict(over["default-resources"])
+    defaults.pop("slurm_partition", None)
+    assert defaults == base["default-resources"]
+    # The site file the overlay names.
+    (site,) = [c for c in over["config"] if c.startswith("site=")]
+    assert site.startswith(f"site=profiles/{overlay.name.replace('.example', '')}/site.yaml")
 
 
 def test_ci_overlay_matches_ci_cluster(ci_args):
@@ -102,7 +112,7 @@ def test_ci_overlay_matches_ci_cluster(ci_args):
     assert 3 * ci_args.wneurons_slurm_init_seconds_before_status_checks <= min_job_age
 
 
-@pytest.mark.parametrize("profile", [BASE, CI], ids=["slurm", "slurm-ci"])
+@pytest.mark.parametrize("profile", [BASE, CI, ROOT / "profiles/site.example"], ids=["slurm", "slurm-ci", "site"])
 def test_every_top_level_key_is_commented(profile):
     lines = (profile / "config.yaml").read_text().splitlines()
     for i, line in enumerate(lines):
@@ -110,9 +120,10 @@ def test_every_top_level_key_is_commented(profile):
             assert i > 0 and lines[i - 1].startswith("#"), f"{profile.name}/config.yaml:{i + 1} {line!r}"
 
 
-def test_gpu_jobs_are_submitted_as_one_group_per_checkpoint(tmp_path):
-    """Through profiles/slurm, every job of a GPU rule sits in the group job of its (model, revision), local rules
-    are not submitted, and the grid needs far fewer submissions than it has jobs (docs/performance.md)."""
+def test_gpu_jobs_are_submitted_in_allocations_of_their_checkpoint(tmp_path):
+    """Through profiles/slurm, every job of a GPU rule sits in a group job (allocation) of its (model, revision),
+    local rules are not submitted, and the grid needs far fewer submissions than it has jobs
+    (docs/performance.md)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))

@@ -1,0 +1,213 @@
+"""The pieces of the SLURM path that need no cluster: the allocation plan (experiment/allocations.py), the ledger of
+finished members (jobs/ledger.py), the allocation's target filtering, and the wneurons-slurm executor's two seams in
+the slurm plugin (secrets never reach sbatch; PREEMPTED is a failure)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+import snakemake_executor_plugin_wneurons_slurm as executor
+from snakemake_executor_plugin_wneurons_slurm.allocation import without_finished
+from wneurons.experiment import allocations
+from wneurons.experiment.allocations import Planner, Site, checkpoint_jobs, job_key, pack
+from wneurons.experiment.config import validate_config
+from wneurons.jobs import ledger
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+
+
+def config_of(name: str) -> dict:
+    return validate_config(yaml.safe_load((REPO / "config" / name).read_text()), SCHEMA)
+
+
+# ---------------------------------------------------------------- packing
+def test_pack_fills_each_allocation_up_to_the_limit_and_the_first_job_carries_the_load():
+    indices, asked = pack([3.2, 4.0, 2.5, 6.0, 1.0], load=2.0, limit=10)
+    # 6 + 4 = 10; then 3 would pass 10: a new allocation whose first job carries the load (2.5 + 2 -> 5); 5 + 6 > 10
+    assert indices == [0, 0, 1, 2, 2]
+    assert asked == [math.ceil(3.2 + 2), 4, math.ceil(2.5 + 2), 6 + 2, 1]
+    for k in set(indices):
+        assert sum(a for a, i in zip(asked, indices, strict=True) if i == k) <= 10
+
+
+@pytest.mark.parametrize("config_name", ["config.yaml", "demo.yaml"])
+@pytest.mark.parametrize("limit", [15, 120, 1440])
+def test_every_allocation_of_every_checkpoint_fits_the_site(config_name, limit):
+    config = config_of(config_name)
+    planner = Planner(config, Site(max_runtime=limit, tflops=0.1 if config_name == "demo.yaml" else None))
+    for model, spec in config["models"].items():
+        revisions = {spec["final_revision"], *spec["checkpoints"], *spec["weight_checkpoints"]}
+        for revision in revisions:
+            try:
+                plan = planner.plan(model, revision)
+            except allocations.AllocationTooLong as err:
+                assert f"max_runtime {limit}" in str(err) and limit < 1440
+                continue
+            sums = {}
+            for index, minutes in plan.values():
+                sums[index] = sums.get(index, 0) + minutes
+            assert all(s <= limit for s in sums.values()), (model, revision, sums)
+            assert sorted(sums) == list(range(len(sums)))
+
+
+def test_packing_order_never_puts_a_job_before_one_it_reads():
+    """Collection < statistics < clean and ablations < matched searches < matched ablations, by allocation index,
+    so no allocation is left and re-entered."""
+    config = config_of("demo.yaml")
+    planner = Planner(config, Site(max_runtime=15, tflops=0.1))
+    plan = planner.plan("smollm2-135m", "main")
+    jobs = checkpoint_jobs(config, "smollm2-135m", "main")
+    index = {job_key(r, w): plan[job_key(r, w)][0] for r, w in jobs}
+    by_rule = {}
+    for r, w in jobs:
+        by_rule.setdefault((r, w.get("selector") == "matched"), []).append(index[job_key(r, w)])
+    collect, stats = by_rule[("collect_activations", False)], by_rule[("neuron_stats", False)]
+    assert max(collect) <= min(stats) <= min(by_rule[("score_ablation", False)])
+    assert max(by_rule[("score_ablation", False)]) <= min(by_rule[("matched_search", False)])
+    assert max(by_rule[("matched_search", False)]) <= min(by_rule[("score_ablation", True)])
+    assert len(set(index.values())) > 1  # the CI site's 15 minutes split the demo's SmolLM2 checkpoint
+
+
+def test_a_job_longer_than_the_site_allows_is_one_line_naming_it():
+    config = config_of("config.yaml")
+    with pytest.raises(allocations.AllocationTooLong, match=r"^\w+ pythia-12b/step143000\S* needs \d+ minutes"):
+        Planner(config, Site(max_runtime=10)).plan("pythia-12b", "step143000")
+
+
+def test_runtime_comes_from_work_not_from_the_model_alone():
+    config = config_of("config.yaml")
+    site = Site()
+    base = {"model": "pythia-1.4b", "revision": "step143000"}
+    blimp = allocations.job_minutes(config, site, "score_clean", base | {"benchmark": "blimp"})
+    ppl = allocations.job_minutes(config, site, "score_clean", base | {"benchmark": "ppl"})
+    big = allocations.job_minutes(config, site, "score_clean", base | {"model": "pythia-12b", "benchmark": "blimp"})
+    assert blimp != ppl and big > 5 * blimp
+
+
+# ---------------------------------------------------------------- the site file
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("max_runtim: 60\n", "unknown key 'max_runtim'"),
+        ("max_runtime: soon\n", "max_runtime 'soon' is not a number"),
+        ("max_runtime: 2\n", "max_runtime 2 minutes"),
+        ("margin: 0.5\n", "margin 0.5"),
+        ("gpu_partition: 3\n", "gpu_partition 3 is not a string"),
+        ("- a\n", "not a mapping"),
+    ],
+)
+def test_a_bad_site_file_is_one_line_naming_file_and_key(tmp_path, text, message):
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as err:
+        Site.from_file(str(path))
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_example_site_file_and_the_ci_site_file_are_valid():
+    example = Site.from_file(str(REPO / "profiles/site.example/site.yaml"))
+    assert example.max_runtime == 1440
+    ci = Site.from_file(str(REPO / "profiles/slurm-ci/site.yaml"))
+    assert ci.max_runtime == 15 and ci.tflops
+    up = (REPO / ".ci/slurm/up.sh").read_text()
+    assert f"MAXTIME=${{SLURM_CI_MAXTIME:-{ci.max_runtime}}}" in up  # the cluster's MaxTime is the site's limit
+
+
+def test_gpu_site_resources_are_only_those_set():
+    assert Site().gpu_resources() == {}
+    site = Site(gpu_partition="gpu", gpu_model="a100")
+    assert site.gpu_resources() == {"slurm_partition": "gpu", "gpu_model": "a100"}
+
+
+# ---------------------------------------------------------------- the ledger
+def test_ledger_finished_members_are_dropped_and_temporary_outputs_need_not_exist(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    manifest = ledger.manifest_path("run-1", "gpu-m-r-a0")
+    members = [
+        ("collect_activations:model=m,revision=r", ["shards"], ["shards"]),
+        ("score_clean:model=m,revision=r,benchmark=tse", ["tse.json", "tse.items.parquet"], []),
+        ("score_clean:model=m,revision=r,benchmark=ppl", ["ppl.json"], []),
+    ]
+    ledger.write_manifest(manifest, members)
+    assert ledger.unfinished_members(manifest) == [t for t, _, _ in members]
+    # collection finished and its temporary shards are gone; tse finished; ppl wrote a file but no record (killed)
+    ledger.record_finished(["shards"], manifest)
+    for f in ("tse.json", "tse.items.parquet", "ppl.json"):
+        Path(f).write_text("x")
+    ledger.record_finished(["tse.items.parquet", "tse.json"], manifest)
+    assert ledger.unfinished_members(manifest) == ["score_clean:model=m,revision=r,benchmark=ppl"]
+    # a finished member whose (non-temporary) output was deleted runs again
+    Path("tse.json").unlink()
+    assert "score_clean:model=m,revision=r,benchmark=tse" in ledger.unfinished_members(manifest)
+
+
+def test_outside_an_allocation_nothing_is_recorded(monkeypatch):
+    monkeypatch.delenv(ledger.MANIFEST_VARIABLE, raising=False)
+    assert ledger.record_finished(["a"]) is None
+
+
+def test_the_allocation_runs_only_unfinished_targets():
+    argv = ["--snakefile", "S", "--target-jobs", "a:x=1", "b:x=2", "c:x=3", "--allowed-rules", "a", "b", "c"]
+    assert without_finished(argv, ["b:x=2"]) == [
+        "--snakefile",
+        "S",
+        "--target-jobs",
+        "b:x=2",
+        "--allowed-rules",
+        "a",
+        "b",
+        "c",
+    ]
+    assert without_finished(["--cores", "2"], ["a"]) == ["--cores", "2"]
+
+
+# ---------------------------------------------------------------- the executor's seams in the slurm plugin
+def test_sbatch_never_sees_the_hub_token():
+    import snakemake_executor_plugin_slurm as slurm
+
+    assert getattr(slurm.get_submit_command, "wneurons", False), "the seam moved: pin or adapt the executor"
+    build = executor._without_secrets(lambda *a, **k: "sbatch --parsable --export=ALL --wrap=x")
+    assert build().startswith("env -u HF_TOKEN -u HUGGING_FACE_HUB_TOKEN -u HF_HUB_TOKEN sbatch ")
+
+
+def test_preempted_is_read_as_a_failure_and_cancelled(monkeypatch):
+    import snakemake_executor_plugin_slurm as slurm
+
+    assert getattr(slurm.query_job_status, "wneurons", False), "the seam moved: pin or adapt the executor"
+    cancelled = []
+    monkeypatch.setattr(executor.subprocess, "run", lambda cmd, **kw: cancelled.append(cmd))
+
+    async def base(command, logger):
+        return {"11": "RUNNING", "12": "PREEMPTED", "13": "COMPLETED"}, 0.01
+
+    class Log:
+        def warning(self, msg):
+            self.msg = msg
+
+    log = Log()
+    statuses, _ = asyncio.run(executor._preemption_is_failure(base)("squeue ...", log))
+    assert statuses == {"11": "RUNNING", "12": "CANCELLED", "13": "COMPLETED"}
+    assert cancelled == [["scancel", "12"]] and "12 was preempted" in log.msg
+
+
+def test_earlier_allocations_of_this_directory_are_found(monkeypatch, tmp_path):
+    out = (
+        f"101|RUNNING|{tmp_path}|rule_gpu-m-r-a0\n"
+        f"102|PENDING|{tmp_path}|rule_gpu-m-r-a1\n"
+        f"103|COMPLETED|{tmp_path}|rule_gpu-m-r-a2\n"
+        f"104|RUNNING|/elsewhere|rule_gpu-m-r-a0\n"
+        f"105|RUNNING|{tmp_path}|an interactive job\n"
+    )
+
+    class Done:
+        stdout = out
+
+    monkeypatch.setattr(executor.subprocess, "run", lambda *a, **k: Done())
+    found = executor.earlier_allocations(str(tmp_path.resolve()), user="u")
+    assert [f.split()[0] for f in found] == ["101", "102"]
