@@ -150,15 +150,26 @@ def _figure6cd(inputs, fig: dict, wildcards) -> dict:
 
 
 # ---------------------------------------------------------------- Fig. 3, 4: ablations
-def _aggregates(*benchmarks: str) -> Callable[[dict, Any], dict]:
+def _aggregates(*benchmarks: str, paired: tuple[str, ...] = ()) -> Callable[[dict, Any], dict]:
+    """The aggregates of ``benchmarks`` and, as ``paired_{b}``, the paired tables of ``paired`` at the checkpoint."""
+
     def inputs(config: dict, wildcards) -> dict:
-        return {b: paths.aggregate(wildcards.model, wildcards.revision, b) for b in benchmarks}
+        m, r = wildcards.model, wildcards.revision
+        return {b: paths.aggregate(m, r, b) for b in benchmarks} | {
+            f"paired_{b}": paths.paired(m, r, b) for b in paired
+        }
 
     return inputs
 
 
+def _paired_tables(inputs, benchmarks: tuple[str, ...]) -> dict[str, pl.DataFrame]:
+    return {b: pl.read_parquet(inputs[f"paired_{b}"]) for b in benchmarks}
+
+
 def _figure3(inputs, fig: dict, wildcards) -> dict:
-    return {b: io.read_json(inputs[b]) for b in ("ppl", "blimp", "tse")}
+    return {b: io.read_json(inputs[b]) for b in ("ppl", "blimp", "tse")} | {
+        "paired": _paired_tables(inputs, ("blimp", "tse"))
+    }
 
 
 def _figure4(inputs, fig: dict, wildcards) -> dict:
@@ -166,7 +177,11 @@ def _figure4(inputs, fig: dict, wildcards) -> dict:
 
 
 def _capability(inputs, fig: dict, wildcards) -> dict:
-    return {b: io.read_json(inputs[b]) for b in ("blimp", "tse", "capability")} | {"label": wildcards["model"]}
+    benchmarks = ("blimp", "tse", "capability")
+    return {b: io.read_json(inputs[b]) for b in benchmarks} | {
+        "label": wildcards["model"],
+        "paired": _paired_tables(inputs, benchmarks),
+    }
 
 
 # ---------------------------------------------------------------- Fig. 3d, 5, 6a, 7: the mechanism analyses
@@ -257,9 +272,10 @@ FIGURES: dict[str, Figure] = {
                         ("figure2b.rst", "figure2d.rst")),
     "figure2c": Figure(_figure2c_inputs, _figure2c_params, _figure2c, "training.figure2c", "Training",
                        ("figure2c.rst",)),
-    "figure3": Figure(_aggregates("ppl", "blimp", "tse"), _none, _figure3, "ablations.figure3", "Ablations",
-                      ("figure3.rst",)),
-    "capability_figure": Figure(_aggregates("blimp", "tse", "capability"), _none, _capability,
+    "figure3": Figure(_aggregates("ppl", "blimp", "tse", paired=("blimp", "tse")), _none, _figure3,
+                      "ablations.figure3", "Ablations", ("figure3.rst",)),
+    "capability_figure": Figure(_aggregates("blimp", "tse", "capability", paired=("blimp", "tse", "capability")),
+                                _none, _capability,
                                 "capability.capability_figure", "Ablations", ("capability_figure.rst",)),
     "figure3d": Figure(_figure3d_inputs, _figure3d_params, _figure3d, "analyses.figure3d", "Mechanism",
                        ("figure3d.rst",)),

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import os
+from typing import NamedTuple
 
 import numpy as np
+import polars as pl
 from matplotlib.figure import Figure
 
-from wneurons.experiment.grid import parse_condition_key
+from wneurons.experiment.grid import condition_key, parse_condition_key
 from wneurons.report.figures.style import save_figure
+
+SELECTORS = ("wasserstein", "random", "matched")
+SHORT = {"wasserstein": "W", "random": "random", "matched": "matched"}
+BENCHMARK_NAMES = {"blimp": "BLiMP", "tse": "TSE", "ppl": "perplexity", "capability": "capability suite"}
 
 
 def _conditions_by(result: dict, scope: str, selector: str) -> dict[float, dict]:
@@ -54,13 +61,106 @@ def unmatched_controls(ppl: dict) -> dict[float, str]:
     return out
 
 
-def figure3(ppl: dict, blimp: dict, tse: dict, out_path: str | os.PathLike) -> None:
+class PairedDrop(NamedTuple):
+    """One paired comparison of a checkpoint's paired table (overall group), in accuracy points:
+    ``drop`` = acc(reference) - acc(condition) with its 95% CI (NaN where the table has none: ``note`` says why);
+    ``trials``: random trials pooled on the control's side (two-stage CI)."""
+
+    benchmark: str
+    reference: str
+    condition: str
+    drop: float
+    ci_lo: float
+    ci_hi: float
+    n: int
+    trials: int
+    note: str
+
+
+def _points(x) -> float:
+    return math.nan if x is None or (isinstance(x, float) and math.isnan(x)) else 100 * float(x)
+
+
+def paired_drop(frame: pl.DataFrame, benchmark: str, reference: str, condition: str) -> PairedDrop | None:
+    """The overall row ``reference -> condition`` of a paired table (random trials pooled where there are several,
+    as the claims read it: :func:`wneurons.report.claims.run.paired_row`), or None when the table lacks it."""
+    from wneurons.report.claims.run import NotRun, paired_row
+
+    try:
+        row = paired_row(frame, reference, condition)
+    except NotRun:
+        return None
+    return PairedDrop(benchmark, reference, condition, _points(row["drop"]), _points(row["ci_lo"]),
+                      _points(row["ci_hi"]), int(row["n"]), int(row.get("trials") or 1),
+                      row.get("ci_note") or "")  # fmt: skip
+
+
+def paired_drops(paired: dict[str, pl.DataFrame], percent: float | str, scope: str = "all") -> list[PairedDrop]:
+    """Per benchmark of ``paired`` (name -> paired table), at ``percent`` over ``scope``: each control and W vs
+    clean (W, random, matched), then W vs each control (reference = the control: how much more W costs); rows
+    the tables lack are left out."""
+    w = condition_key(scope, "wasserstein", percent)
+    rows = []
+    for bench, frame in paired.items():
+        wanted = [("clean", condition_key(scope, s, percent)) for s in SELECTORS]
+        wanted += [(condition_key(scope, s, percent), w) for s in SELECTORS[1:]]
+        rows += [r for ref, cond in wanted if (r := paired_drop(frame, bench, ref, cond)) is not None]
+    return rows
+
+
+def comparison_label(row: PairedDrop) -> str:
+    """ "W − clean", "random (10 trials) − clean", "W − matched": the condition, minus its reference."""
+    cond = SHORT[parse_condition_key(row.condition).selector]
+    if cond == "random" and row.trials > 1:
+        cond = f"random ({row.trials} trials pooled)"
+    ref = "clean" if row.reference == "clean" else SHORT[parse_condition_key(row.reference).selector]
+    return f"{cond} vs {ref}"
+
+
+def _ci_errors(rows: list[PairedDrop]) -> np.ndarray:
+    """[2, n] asymmetric error bars (drop - lo, hi - drop) of rows; 0 where a row has no CI (marked apart)."""
+    lo = np.array([r.drop - r.ci_lo for r in rows])
+    hi = np.array([r.ci_hi - r.drop for r in rows])
+    return np.nan_to_num(np.vstack([lo, hi]))
+
+
+def _draw_paired_panel(ax, rows: list[PairedDrop], at: float, unmatched: bool) -> None:
+    """Figure 3c: a forest plot of paired drops (points) with 95% CIs, one line per comparison, BLiMP and TSE side
+    by side; a row without a CI is an open marker labelled "no CI"."""
+    benches = list(dict.fromkeys(r.benchmark for r in rows))
+    labels = list(dict.fromkeys(comparison_label(r) for r in rows))
+    height = 0.8 / max(1, len(benches))
+    for i, bench in enumerate(benches):
+        part = [r for r in rows if r.benchmark == bench]
+        ys = np.array([labels.index(comparison_label(r)) for r in part]) + (i - (len(benches) - 1) / 2) * height
+        xs = np.array([r.drop for r in part])
+        color = f"C{2 * i}"
+        label = BENCHMARK_NAMES.get(bench, bench)
+        ax.errorbar(xs, ys, xerr=_ci_errors(part), fmt="o", color=color, capsize=3, label=label)
+        for x, y, r in zip(xs, ys, part, strict=True):
+            if math.isnan(r.ci_lo):
+                ax.plot([x], [y], "o", mfc="white", color=color)
+                ax.annotate("no CI", (x, y), xytext=(4, 2), textcoords="offset points", fontsize=7, color=color)
+    ax.axvline(0, color="black", lw=0.8)
+    mark = "\n(NOT matched)"
+    ax.set_yticks(range(len(labels)), [t + (mark if unmatched and "matched" in t else "") for t in labels], fontsize=8)
+    ax.invert_yaxis()
+    ax.set(xlabel="accuracy drop (points): reference − condition, paired 95% CI",
+           title=f"(c) grammar at {at:g}% per layer: paired drops")  # fmt: skip
+    ax.legend(fontsize=8)
+
+
+def figure3(
+    ppl: dict, blimp: dict, tse: dict, out_path: str | os.PathLike, paired: dict[str, pl.DataFrame] | None = None
+) -> list[PairedDrop]:
     """Figure 3 for one checkpoint: (a) perplexity vs fraction, wasserstein vs random (SEM), start and end values
-    annotated; (b) matched fraction of lowest-WD neurons vs wasserstein fraction; (c) BLiMP / TSE accuracy under
-    clean, wasserstein, random (mean +- SEM) and matched at the smallest fraction >= 1% (else the largest).
-    A matched control that missed its perplexity tolerance (:func:`unmatched_controls`) is drawn in red with its
-    gap, its bar hatched, and the title says so."""
-    fig = Figure(figsize=(15, 4.2), layout="constrained")
+    annotated; (b) matched fraction of lowest-WD neurons vs wasserstein fraction; (c) from the paired tables
+    (``paired``: benchmark -> the paired_stats table of BLiMP and TSE), the paired accuracy drops with their 95%
+    CIs at the smallest fraction >= 1% (else the largest): W, random (trials pooled, two-stage CI) and matched vs
+    clean, and W vs each control (:func:`paired_drops`) -- what claim C11 decides on. A matched control that
+    missed its perplexity tolerance (:func:`unmatched_controls`) is drawn in red with its gap, labelled in (c),
+    and the title says so. Returns the rows drawn in (c)."""
+    fig = Figure(figsize=(16, 4.6), layout="constrained")
     axes = fig.subplots(1, 3)
 
     ax = axes[0]
@@ -100,31 +200,22 @@ def figure3(ppl: dict, blimp: dict, tse: dict, out_path: str | os.PathLike) -> N
 
     ax = axes[2]
     fractions = sorted(_conditions_by(blimp, "all", "wasserstein"))
-    if fractions:
+    rows: list[PairedDrop] = []
+    if fractions and paired:
         at = next((f for f in fractions if f >= 1), fractions[-1])
-        labels = ["clean", "wasserstein", "random", "matched"]
-        width = 0.38
-        for i, (name, result) in enumerate((("BLiMP", blimp), ("TSE", tse))):
-            values, errors = [_value(result["clean"], "overall")], [0.0]
-            for selector in labels[1:]:
-                cond = _conditions_by(result, "all", selector).get(at)
-                values.append(_value(cond["scores"], "overall") if cond else np.nan)
-                errors.append(_sem(cond, "overall"))
-            xs = np.arange(len(labels)) + (i - 0.5) * width
-            bars = ax.bar(xs, values, width, yerr=errors, capsize=3, label=name)
-            if at in unmatched:
-                bars[-1].set(hatch="xx", edgecolor="red")
-        if at in unmatched:
-            labels[-1] = "matched\n(NOT matched)"
-        ax.set_xticks(np.arange(len(labels)), labels)
-        ax.set(ylabel="accuracy", title=f"(c) grammar at {at:g}% per layer", ylim=(0, 1))
-        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-        ax.legend()
+        rows = paired_drops({b: paired[b] for b in ("blimp", "tse") if b in paired}, at)
+    if rows:
+        _draw_paired_panel(ax, rows, at, at in unmatched)
+    else:
+        why = "no paired tables given" if not paired else "no all-layer conditions in the paired tables"
+        ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center")
+        ax.set(title="(c) grammar: paired drops", xticks=[], yticks=[])
     title = f"{ppl['model']} @ {ppl['revision']}: sign-specific ablation"
     if unmatched:
         title += " -- perplexity-matched control NOT converged at " + ", ".join(f"{p:g}%" for p in unmatched)
     fig.suptitle(title, color="red" if unmatched else "black")
     save_figure(fig, out_path)
+    return rows
 
 
 def _error_increase(result: dict, field: str, scopes: list[str]) -> tuple[list[str], np.ndarray]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import polars as pl
 from matplotlib.figure import Figure
 
 from wneurons.experiment.grid import CAPABILITY, parse_condition_key
+from wneurons.report.figures.ablations import PairedDrop, paired_drop
 from wneurons.report.figures.style import save_figure
 
 SELECTORS = ("wasserstein", "random", "matched")
@@ -36,27 +38,66 @@ def accuracy_drops(results: dict[str, dict]) -> list[tuple[str, dict[str, tuple[
     return rows
 
 
-def capability_figure(blimp: dict, tse: dict, capability: dict, out_path: str | os.PathLike, label: str = "") -> None:
-    """Accuracy drop from clean (points) of BLiMP, TSE and the capability suite under each all-layer condition
-    (wasserstein, random: mean +- SEM over trials, matched), grouped by condition. The capability suite's tasks and
-    their clean accuracies are named in the title."""
-    rows = accuracy_drops({"blimp": blimp, "tse": tse, CAPABILITY: capability})
-    fig = Figure(figsize=(max(5.0, 1.8 * len(rows) + 2), 4.2), layout="constrained")
+def paired_condition_drops(paired: dict[str, pl.DataFrame]) -> list[tuple[str, dict[str, PairedDrop]]]:
+    """Per all-layer condition (by percent, then W / random / matched) that every paired table compares with clean:
+    benchmark -> its :class:`~wneurons.report.figures.ablations.PairedDrop` vs clean (points, paired 95% CI; random
+    trials pooled, two-stage)."""
+    chosen = set()
+    for frame in paired.values():
+        for key in frame.filter(pl.col("reference") == "clean")["condition"].unique().to_list():
+            scope, selector, percent = parse_condition_key(key)
+            if scope == "all" and selector in SELECTORS:
+                chosen.add((float(percent), SELECTORS.index(selector), key))
+    rows = []
+    for _, _, key in sorted(chosen):
+        drops = {b: paired_drop(frame, b, "clean", key) for b, frame in paired.items()}
+        if all(d is not None for d in drops.values()):
+            rows.append((key, drops))
+    return rows
+
+
+def capability_figure(
+    blimp: dict,
+    tse: dict,
+    capability: dict,
+    out_path: str | os.PathLike,
+    label: str = "",
+    paired: dict[str, pl.DataFrame] | None = None,
+) -> list:
+    """Accuracy drop from clean (points) of BLiMP, TSE and the capability suite under each all-layer condition,
+    grouped by condition. With ``paired`` (benchmark -> paired_stats table of the three): every bar with its paired
+    95% CI (W and matched: one trial, exact; random: trials pooled, two-stage; a bar without a CI is marked "no
+    CI"); without, the aggregates' drops with the SEM over random trials only. The capability suite's tasks and
+    their clean accuracies are named in the title. Returns the rows drawn."""
+    if paired:
+        rows = paired_condition_drops({b: paired[b] for b in ("blimp", "tse", CAPABILITY)})
+        bars = {key: {b: (d.drop, d.drop - d.ci_lo, d.ci_hi - d.drop) for b, d in drops.items()}
+                for key, drops in rows}  # fmt: skip
+        ylabel = "accuracy drop from clean (points), paired 95% CI"
+    else:
+        rows = accuracy_drops({"blimp": blimp, "tse": tse, CAPABILITY: capability})
+        bars = {key: {b: (d, s, s) for b, (d, s) in drops.items()} for key, drops in rows}
+        ylabel = "accuracy drop from clean (points), ± SEM over random trials"
+    fig = Figure(figsize=(max(5.0, 1.8 * len(bars) + 2), 4.2), layout="constrained")
     ax = fig.subplots()
-    x = np.arange(len(rows))
+    x = np.arange(len(bars))
     width = 0.8 / len(BARS)
     for i, (bench, name, color) in enumerate(BARS):
-        drops = [r[1][bench][0] for r in rows]
-        sems = [r[1][bench][1] for r in rows]
-        ax.bar(x + (i - 1) * width, drops, width, yerr=sems, capsize=3, color=color, label=name)
+        values = np.array([b[bench] for b in bars.values()], dtype=float).reshape(-1, 3)
+        xs = x + (i - 1) * width
+        errors = np.nan_to_num(values[:, 1:].T)
+        ax.bar(xs, values[:, 0], width, yerr=errors, capsize=3, color=color, label=name)
+        for xi, (drop, lo, _) in zip(xs, values, strict=True):
+            if paired and np.isnan(lo):
+                ax.annotate("no CI", (xi, drop), ha="center", xytext=(0, 3), textcoords="offset points", fontsize=7)
     names = {"wasserstein": "W", "random": "random", "matched": "matched"}
     ticks = []
-    for key, _ in rows:
+    for key in bars:
         _, selector, percent = parse_condition_key(key)
         ticks.append(f"{names[selector]} {percent}%")
     ax.set_xticks(x, ticks)
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_ylabel("accuracy drop from clean (points)")
+    ax.set_ylabel(ylabel)
     tasks = ", ".join(
         f"{task} {100 * summary['metrics'].get('acc', float('nan')):.0f}%"
         for task, summary in sorted(capability["clean"]["tasks"].items())
@@ -64,3 +105,4 @@ def capability_figure(blimp: dict, tse: dict, capability: dict, out_path: str | 
     ax.set_title(f"{label}: grammar vs capability (clean: {tasks})" if label else f"clean: {tasks}", fontsize=9)
     ax.legend(fontsize=8)
     save_figure(fig, out_path)
+    return rows
