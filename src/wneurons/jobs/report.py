@@ -65,22 +65,30 @@ def paired_job(
 
 def replication_table_job(run_spec: dict, out_md: str, out_json: str, out_html: str | None = None) -> list[dict]:
     """Fill the claims table from the result files named in ``run_spec`` (see :class:`wneurons.report.claims.Run`) and
-    write it as Markdown, JSON (rows + provenance) and, with ``out_html``, a self-contained HTML page."""
+    write it as Markdown, JSON (rows, the results summary of clean / W / random / matched per model and benchmark,
+    provenance) and, with ``out_html``, a self-contained HTML page."""
     from wneurons.report.claims import Run, claim_rows
-    from wneurons.report.replication import claims_html, claims_markdown, run_provenance
+    from wneurons.report.replication import claims_html, claims_markdown, results_summary, row_section, run_provenance
 
     start = time.perf_counter()
     run = Run(models=run_spec["models"], config=run_spec["config"], data=run_spec["data"])
     rows = claim_rows(run)
+    summary = results_summary(run)
     provenance = run_provenance(run_spec)
-    io.write_json(out_json, {"claims": rows, "provenance": provenance})
+    io.write_json(out_json, {"claims": rows, "summary": summary, "provenance": provenance})
     with io.atomic_output(out_md, ".md") as tmp:
-        tmp.write_text(claims_markdown(rows, Path(out_md).parent))
+        tmp.write_text(claims_markdown(rows, Path(out_md).parent, summary=summary, provenance=provenance))
     if out_html:
         with io.atomic_output(out_html, ".html") as tmp:
-            tmp.write_text(claims_html(rows, provenance, Path(out_html).parent))
-    verdicts = {v: sum(r["verdict"] == v for r in rows) for v in {r["verdict"] for r in rows}}
-    log.info("replication table: %d rows %s in %.1f s", len(rows), verdicts, time.perf_counter() - start)
+            tmp.write_text(claims_html(rows, provenance, Path(out_html).parent, summary=summary))
+    sections = {k: sum(row_section(r) == k for r in rows) for k in {row_section(r) for r in rows}}
+    log.info(
+        "replication table: %d rows %s, %d summary rows in %.1f s",
+        len(rows),
+        sections,
+        len(summary),
+        time.perf_counter() - start,
+    )
     return rows
 
 

@@ -4,6 +4,11 @@ Each claim names its words, the paper's models and number, and a check that read
 run, for claims over a suite of models). A claim is also checked on every other model of the run (marked "not in
 paper") unless it names a number only the paper's model can have (``analogue=False``); claims over a suite check
 one model at a time with ``analogue_check``. No claim disappears: a check without its files says "not run".
+
+Each row also says what kind of row it is, for the table's sections: ``applies`` (False with ``not_applicable``,
+the reason, when the model cannot have the analysis at all, e.g. a training claim on a model without checkpoints;
+its verdict stays "not run"), ``run_fact`` (a claim about the run's setup, C26-C29, not about a model's
+neurons) and ``in_run`` (False: a paper model the run does not have).
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class Claim:
     per_model: bool = True
     analogue: bool = True  # also checked on configured models the paper did not use
     analogue_check: Callable | None = None  # per-model check of a suite claim (per_model=False)
+    needs: str = ""  # what a model must be to have this analysis at all (a key of NEEDS), else "not applicable"
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -69,11 +75,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C2", "Larger models have greater max WD", PYTHIA, "figure only", c2_size_max_wd, per_model=False,
           analogue=False),
     Claim("C3", "Top-1% cohort WD emerges within ~25K steps", PYTHIA, "25K steps, 50B tokens", c3_emergence,
-          per_model=False, analogue_check=c3_emergence_of),
+          per_model=False, analogue_check=c3_emergence_of, needs="checkpoints"),
     Claim("C4", "Cohort changes more than the layer average early, less later", PYTHIA, "ncd > 1 then < 1",
-          c4_cosine_drift, per_model=False, analogue_check=c4_cosine_drift_of),
+          c4_cosine_drift, per_model=False, analogue_check=c4_cosine_drift_of, needs="checkpoints"),
     Claim("C5", "Cohort WD correlates strongly with TSE over checkpoints", PYTHIA, "strongly", c5_wd_tse_correlation,
-          per_model=False, analogue_check=c5_wd_tse_correlation_of),
+          per_model=False, analogue_check=c5_wd_tse_correlation_of, needs="checkpoints"),
     Claim("C6", "Perplexity doubles at 2% W perturbation", LMS[:2], "×2 at 2%", c6_ppl_doubles_at_2),
     Claim("C7", "Perplexity doubles at 5% (Qwen)", LMS[2:], "×2 at 5%", c7_ppl_doubles_at_5, analogue=False),
     Claim("C8", "Random controls raise perplexity much less", LMS, "qualitative", c8_random_much_less),
@@ -98,9 +104,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C20", "NN ≥ 30% in every layer except layer 1; most in layer 2; PP rare", ("pythia-1.4b",), "≥ 30%",
           c20_pythia_nn),
     Claim("C21", "In layer 2 NN share rises early in training; PN falls", ("pythia-1.4b",), "qualitative",
-          c21_nn_over_training),
+          c21_nn_over_training, needs="checkpoints"),
     Claim("C22", "5% cohort ablation error correlates very strongly with cohort WD; controls do not", ("pythia-1.4b",),
-          "very strongly", c22_ablation_vs_wd),
+          "very strongly", c22_ablation_vs_wd, needs="checkpoints"),
     Claim("C23", "PN dominates all layers; NN lower than Pythia; NN elevated early", LMS[:1], "qualitative",
           c23_llama_pn),
     Claim("C24", "NN share correlates with single-layer 1% W error; PN, PP weak or opposite", LMS[:1], "qualitative",
@@ -115,6 +121,31 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C30", "Double dissociation: W hurts BLiMP/TSE more than matched; matched hurts the capability suite more",
           LMS, "qualitative (v2)", c30_double_dissociation),
 )  # fmt: skip
+
+
+def has_checkpoints(run: Run, model: str) -> bool:
+    """Whether ``model`` has training checkpoints in the run: its spec's ``checkpoints`` when the run spec gives
+    them, else whether its emergence table exists (the workflow makes one for every model with checkpoints and
+    builds the claims table after it)."""
+    spec = run.models.get(model, {})
+    if "checkpoints" in spec:
+        return bool(spec["checkpoints"])
+    emergence = spec.get("files", {}).get("emergence")
+    return emergence is not None and (run.root / emergence).exists()
+
+
+# What a model must be for an analysis to apply at all -> (test, why not).
+NEEDS: dict[str, tuple[Callable[[Run, str], bool], str]] = {
+    "checkpoints": (has_checkpoints, "{model} has no training checkpoints in this run"),
+}
+
+
+def not_applicable(claim: Claim, run: Run, model: str) -> str:
+    """Why ``claim`` cannot apply to ``model`` of the run (empty when it can, or the model is not in the run)."""
+    if not claim.needs or model not in run.models:
+        return ""
+    test, why = NEEDS[claim.needs]
+    return "" if test(run, model) else why.format(model=model)
 
 
 def _targets(claim: Claim, run: Run) -> list[tuple[str, Callable, bool]]:
@@ -133,7 +164,9 @@ def _targets(claim: Claim, run: Run) -> list[tuple[str, Callable, bool]]:
 def claim_rows(run: Run) -> list[dict]:
     """One row per claim and model (paper models first, then the run's other models); never drops a claim.
     ``verdict`` is one of VERDICTS; ``note`` what decided it when not the plain rule (e.g. "equivalent within
-    ±1 pt: blimp W−matched"); ``margin`` and ``alpha`` the equivalence margin and test level the claim used."""
+    ±1 pt: blimp W−matched"); ``margin`` and ``alpha`` the equivalence margin and test level the claim used;
+    ``applies``/``not_applicable``, ``run_fact`` and ``in_run`` (the row's model, or one of a suite's, is in the
+    run) say which section of the table the row belongs to."""
     rows = []
     for claim in CLAIMS:
         for model, check, per_model in _targets(claim, run):
@@ -142,6 +175,10 @@ def claim_rows(run: Run) -> list[dict]:
             except NotRun as why:
                 outcome = Outcome(str(why), NOT_RUN)
             in_paper = not per_model or model in claim.models or not claim.models
+            why_not = not_applicable(claim, run, model) if per_model and outcome.verdict == NOT_RUN else ""
+            in_run = (
+                model in run.models if per_model else not claim.models or any(m in run.models for m in claim.models)
+            )
             rows.append(
                 {
                     "id": claim.id,
@@ -156,6 +193,10 @@ def claim_rows(run: Run) -> list[dict]:
                     "margin": outcome.margin,
                     "alpha": outcome.alpha,
                     "sources": outcome.sources,
+                    "applies": not why_not,
+                    "not_applicable": why_not,
+                    "run_fact": not claim.models,
+                    "in_run": in_run,
                 }
             )
     return rows
