@@ -77,11 +77,16 @@ def site_file(root: Path, partition: str) -> Path:
 
 def start(root: Path, *args: str, env: dict | None = None, delay: float | None = None):
     """The run in the background; ``delay``: seconds every job waits first (WNEURONS_INJECT_DELAY), so that a fault
-    strikes while an allocation of this tiny project still runs."""
+    strikes while an allocation of this tiny project still runs, until :func:`stop_delays`."""
     env = os.environ if env is None else env
     if delay:
-        env = env | {"WNEURONS_INJECT_DELAY": str(delay)}
-    return run_slurm(root, *args, *targets(), env=env)
+        env = env | {"WNEURONS_INJECT_DELAY": f"{delay}:{root / 'delays-off'}"}
+    return run_slurm(root, *targets(), *args, env=env)  # --config takes every value after it: targets first
+
+
+def stop_delays(root: Path) -> None:
+    """Jobs that start from now on run at full speed (the fault has been injected)."""
+    (root / "delays-off").touch()
 
 
 def finished_in_running_allocation(root: Path, at_least: int):
@@ -138,6 +143,8 @@ def test_allocation_killed_by_its_time_limit(project, reference):
     jobid = running_allocation(project, MODEL, REVISION)
     # Past its elapsed time: SLURM ends it with TIMEOUT at its next time-limit check (every 30 s at most).
     scontrol("update", f"JobId={jobid}", "TimeLimit=1")
+    wait_for(lambda: running_allocation(project, MODEL, REVISION) != jobid, "the time limit to end the allocation")
+    stop_delays(project)
     rc, out = finish(proc)
     assert rc == 0, out[-4000:]
     assert "TIMEOUT" in out
@@ -157,6 +164,7 @@ def test_preempted_allocation(project, reference, mode):
         check=True,
         timeout=30,
     ).stdout.strip()
+    stop_delays(project)
     try:
         rc, out = finish(proc)
     finally:
@@ -175,6 +183,7 @@ def test_node_set_down_during_an_allocation(project, reference):
         time.sleep(5)
     finally:
         scontrol("update", f"NodeName={node}", "State=RESUME")
+    stop_delays(project)
     rc, out = finish(proc)
     assert rc == 0, out[-4000:]
     assert "NODE_FAIL" in out
@@ -191,6 +200,7 @@ def test_main_snakemake_killed_and_restarted_while_allocations_run(project, refe
     rc, out = finish(start(project))
     assert rc != 0
     assert "allocation(s) of an earlier run" in out, out[-3000:]
+    stop_delays(project)
     wait_for(lambda: not active_jobs(project), "the earlier run's allocations to end")
     rc, out = finish(start(project))
     assert rc == 0, out[-4000:]

@@ -95,13 +95,17 @@ def run_script(path: str | Path, **job: Any) -> None:
 
 
 def inject_fault(script: str, wildcards: Any) -> None:
-    """Fault tests only (tests/workflow/test_slurm_faults.py), never set in a real run:
-    ``WNEURONS_INJECT_DELAY=<seconds>`` makes every job wait that long first (so that a fault can strike while an
-    allocation of the tiny test project still runs); ``WNEURONS_INJECT_FAULT=<script>:<benchmark>:<marker>`` makes
-    the first job of that script and benchmark raise, once (creating the marker file records it, atomically across
-    processes)."""
+    """Fault tests only (tests/workflow/test_slurm_faults.py), never set in a real run.
+
+    ``WNEURONS_INJECT_DELAY=<seconds>:<file>``: every job waits that long first, until the file exists (so that a
+    fault can strike while an allocation of the tiny test project still runs).
+    ``WNEURONS_INJECT_FAULT=<script>:<benchmark>:<marker>``: the first job of that script and benchmark raises, once
+    (creating the marker file records it, atomically across processes).
+    """
     if os.environ.get("WNEURONS_INJECT_DELAY"):
-        time.sleep(float(os.environ["WNEURONS_INJECT_DELAY"]))
+        seconds, until = os.environ["WNEURONS_INJECT_DELAY"].split(":", 1)
+        if not Path(until).exists():
+            time.sleep(float(seconds))
     spec = os.environ.get("WNEURONS_INJECT_FAULT")
     if not spec:
         return
