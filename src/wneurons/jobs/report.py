@@ -92,6 +92,15 @@ def replication_table_job(run_spec: dict, out_md: str, out_json: str, out_html: 
     return rows
 
 
+def _decoded_top_tokens(tokenizer, ids: np.ndarray, y: np.ndarray, k: int, min_count: int, groups) -> dict:
+    """:func:`wneurons.report.explorer.top_tokens` with each token decoded, and a note of what it is."""
+    from wneurons.report.explorer import top_tokens
+
+    tops = top_tokens(ids, y, k, min_count, groups)
+    out = {side: [t | {"token": tokenizer.decode([t["id"]])} for t in rows] for side, rows in tops.items()}
+    return out | {"note": f"mean raw pre-activation per token over the same tokens, tokens seen ≥ {min_count} times"}
+
+
 def explorer_job(
     spec: dict,
     shards_dir: str,
@@ -104,17 +113,22 @@ def explorer_job(
     tags_path: str | None = None,
     checkpoint_tables: dict[str, str] | None = None,
     bundle: str | None = None,
+    clamped_percents: list[float] = (1.0,),
+    extra_neurons: list[tuple[int, int]] = (),
 ) -> dict:
     """Build the explorer of one (model, revision) into ``out_dir``; returns a summary (neurons, seconds).
 
     ``params``: neurons_per_layer, layers (null = all), bins, contexts (per side), context_tokens, top_pairs.
     ``sample_dir``: the analyses' pair sample of this model (x, y, tokens.parquet), ``tags_path`` its POS table;
     ``checkpoint_tables``: revision -> neurons.parquet of the model's other revisions; ``bundle``: also write the
-    site as one HTML file there (for the single-file report).
+    site as one HTML file there (for the single-file report); ``clamped_percents``: the ablation's percents, whose
+    W sets get a page for every neuron (``ablation.percents``; the paper's 1% until the rule passes them);
+    ``extra_neurons``: (layer, neuron) pairs that also get a page (e.g. Figure 5's neuron).
     """
     from wneurons import __version__
     from wneurons.core.case_study import top_pair_table
     from wneurons.core.stats import negative_per_token_ratio
+    from wneurons.lm.registry import family_spec
     from wneurons.report import explorer
     from wneurons.store.data import WIKITEXT_TEST, wikitext_split
     from wneurons.store.sample import load_sample_layer, sample_tokens
@@ -122,7 +136,11 @@ def explorer_job(
 
     start = time.perf_counter()
     stats = pl.read_parquet(neurons_path)
-    listed = explorer.listed_neurons(stats, params["neurons_per_layer"], params["layers"])
+    listed = explorer.listed_neurons(
+        stats, params["neurons_per_layer"], params["layers"], list(clamped_percents), list(extra_neurons)
+    )
+    family = io.read_parquet_metadata(neurons_path).get("family") or spec.get("family")
+    gated = bool(family) and "gate" in family_spec(family).projection
     shard = ShardIndex.load(shards_dir)
     text = wikitext_split(wikitext_dir, "test")
     if hashlib.sha256(text.encode("utf-8")).hexdigest() != shard.meta["text_sha256"]:
@@ -138,7 +156,8 @@ def explorer_job(
     }
 
     records = []
-    for row in listed.iter_rows(named=True):  # one page per listed neuron: a few per layer
+    min_count, groups = 5, explorer.token_groups(ids)
+    for row in listed.iter_rows(named=True):  # one page per listed neuron: the clamped sets and the top few
         layer, neuron = int(row["layer"]), int(row["neuron"])
         y = shard.y_neurons(layer, neuron, neuron + 1)[0].astype(np.float64)
         low, high = explorer.extreme_positions(y, params["contexts"])
@@ -157,6 +176,10 @@ def explorer_job(
             "positive_contexts": explorer.token_contexts(tokenizer, ids, high, y, params["context_tokens"]),
             "pairs_note": pairs_note,
             "checkpoints": explorer.checkpoint_wd(others, layer, neuron),
+            "clamped_at": row["clamped_at"],
+            "clamped": explorer.clamped_sets(row),
+            "gated": gated,
+            "top_tokens": _decoded_top_tokens(tokenizer, ids, y, params["contexts"], min_count, groups),
         }
         if tokens is not None:
             if layer not in sample_layers:  # listed neurons come layer by layer: keep one layer's sample
@@ -164,10 +187,13 @@ def explorer_job(
             x, ys = sample_layers[layer]
             rec["pairs"] = top_pair_table(x, ys[:, neuron], tokens, k=params["top_pairs"]).to_dicts()
         records.append(rec)
+    percents = ", ".join(f"{p:g}%" for p in clamped_percents)
     note = (
-        f"Top {params['neurons_per_layer']} neurons by WD in each of {listed['layer'].n_unique()} layers; "
+        f"Every neuron of the clamped (W) sets at {percents} per layer and the top {params['neurons_per_layer']} "
+        f"by WD, in each of {listed['layer'].n_unique()} layers ({len(records)} neurons); "
         f"statistics over {shard.n_tokens} WikiText-2 test tokens (text sha256 {shard.meta['text_sha256'][:12]}…, "
-        f"neuron table sha256 {io.sha256_file(neurons_path)[:12]}…, wneurons {__version__}). Click a column to sort."
+        f"neuron table sha256 {io.sha256_file(neurons_path)[:12]}…, wneurons {__version__}). Click a column to sort; "
+        "a neuron's permalink is index.html#L<layer>_N<neuron>."
     )
     explorer.write_explorer(out_dir, spec["name"], spec["revision"], records, note, bundle=bundle)
     summary = {"neurons": len(records), "seconds": round(time.perf_counter() - start, 2)}
