@@ -15,7 +15,10 @@ records any that arrive). What it implements is what the clients call:
   token that has no access (403) is ``GatedRepo``; an unknown revision is 404 ``RevisionNotFound``; a missing file
   404 ``EntryNotFound``; an unknown repo 401 ``RepoNotFound``;
 - failures a download meets: :meth:`HubServer.drop_transfer` cuts a file's transfer mid-way (the connection is
-  closed after a byte offset), :meth:`HubServer.corrupt` serves bytes that differ from the metadata.
+  closed after a byte offset), :meth:`HubServer.corrupt` serves bytes that differ from the metadata,
+  :attr:`HubServer.throttle` slows every transfer down (to kill a client mid-file);
+- a log: :attr:`HubServer.requests` (with each ``Range`` header) and :meth:`HubServer.bytes_sent` (file content
+  written, per file).
 
 Point clients at it with :func:`pointed_at`. ``HF_ENDPOINT`` is read once, when ``huggingface_hub`` is imported,
 into ``huggingface_hub.constants.ENDPOINT`` / ``HUGGINGFACE_CO_URL_TEMPLATE``, which ``hf_hub_download`` and
@@ -33,6 +36,7 @@ import hashlib
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -90,6 +94,11 @@ class HubServer:
         # (server, method, path, range header) of every request, in order; and Authorization headers the CDN saw.
         self.requests: list[tuple[str, str, str, str | None]] = []
         self.cdn_authorizations: list[str] = []
+        # (server, path, bytes of body written) of every GET answered with content: what was downloaded.
+        self.sent: list[tuple[str, str, int]] = []
+        # Seconds to wait after each 4 KiB of file content (None: full speed): a transfer slow enough to kill a
+        # client mid-file.
+        self.throttle: float | None = None
         self._lock = threading.Lock()
         self._servers: dict[str, ThreadingHTTPServer] = {}
         self._connections: set[socket.socket] = set()
@@ -154,6 +163,19 @@ class HubServer:
             if server == "cdn" and f"file={quote(name, safe='')}" in path:
                 n += 1
         return n
+
+    def bytes_sent(self, name: str | None = None) -> int:
+        """Bytes of file content the hub and its CDN wrote (of file ``name`` only, when given): what clients
+        downloaded, partial transfers included."""
+        total = 0
+        for server, path, n in self.sent:
+            if name is None:
+                total += n
+            elif server == "hub" and unquote(path.split("?")[0]).endswith("/" + name):
+                total += n
+            elif server == "cdn" and f"file={quote(name, safe='')}" in path:
+                total += n
+        return total
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -404,10 +426,19 @@ class _Handler(BaseHTTPRequestHandler):
             cut = drop is not None and start <= drop.at <= end and drop.times != 0
             if cut and drop.times is not None:
                 drop.times -= 1
+        sent = body if not cut else body[: drop.at - start]
+        with hub._lock:
+            hub.sent.append((self.server.role, self.path, len(sent)))  # type: ignore[attr-defined]
         if not cut:
-            self.wfile.write(body)
+            if hub.throttle is None:
+                self.wfile.write(body)
+                return
+            for i in range(0, len(body), 4096):
+                self.wfile.write(body[i : i + 4096])
+                self.wfile.flush()
+                time.sleep(hub.throttle)
             return
-        self.wfile.write(body[: drop.at - start])
+        self.wfile.write(sent)
         self.wfile.flush()
         self.close_connection = True
         with contextlib.suppress(OSError):

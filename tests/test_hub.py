@@ -158,7 +158,7 @@ def test_staged_directory_and_files_get_the_users_umask(server, tmp_path):
     assert set(modes.values()) == {0o640}, modes
 
 
-def test_a_dropped_transfer_leaves_nothing_that_looks_staged_and_a_rerun_fetches_only_what_is_missing(server, tmp_path):
+def test_a_dropped_transfer_leaves_nothing_that_looks_staged_and_a_rerun_resumes_the_file(server, tmp_path):
     size = len(server.file("tiny/neox", "step1000", "model.safetensors"))
     server.drop_transfer("tiny/neox", "step1000", "model.safetensors", at=size // 2)
     out = tmp_path / "staged"
@@ -166,14 +166,19 @@ def test_a_dropped_transfer_leaves_nothing_that_looks_staged_and_a_rerun_fetches
         hub.stage("tiny/neox", "step1000", out)
     assert not out.exists()
     assert not list(tmp_path.rglob(MANIFEST))
-    # No partial weight file anywhere (the library's lock file holds no data).
-    partial = [p for p in tmp_path.rglob("*model.safetensors*") if p.is_file() and p.suffix != ".lock"]
-    assert partial == []
+    # The bytes received are kept, in the hidden work directory only, under a name no load reads.
+    partial = [p for p in tmp_path.rglob("*model.safetensors*") if p.is_file()]
+    assert [p.relative_to(tmp_path) for p in partial] == [Path(".staged.staging/.partial/model.safetensors.part")]
+    kept = partial[0].stat().st_size
+    assert 0 < kept <= size // 2
     fetched = server.gets("config.json")
 
     server.clear_failures()
+    before = len(server.requests)
     manifest = hub.stage("tiny/neox", "step1000", out)
     assert server.gets("config.json") == fetched  # kept from the failed attempt, not fetched again
+    ranges = [r for srv, method, _, r in server.requests[before:] if srv == "cdn" and method == "GET"]
+    assert ranges == [f"bytes={kept}-"]  # the rest of the file only
     assert manifest["files"]["model.safetensors"]["size"] == size
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "hf-home") == ["staged"]
 

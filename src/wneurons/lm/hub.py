@@ -41,19 +41,25 @@ from urllib.parse import urlsplit
 
 from wneurons import __version__
 from wneurons.store import io
-from wneurons.store.checkpoints import STEP_REVISION
-from wneurons.store.staged import MANIFEST, MANIFEST_FORMAT, StagingError, read_manifest
+from wneurons.store.checkpoints import STEP_REVISION, by_step, step_of
+from wneurons.store.staged import MANIFEST, MANIFEST_FORMAT, StagingError, read_manifest, weight_records
 
 __all__ = [
     "CONFIG_FILES",
     "PREFLIGHT_TIMEOUT",
     "TOKENIZER_FILES",
+    "FilePlan",
     "HubRevision",
+    "StageRequest",
+    "layer_tensors",
+    "plan_files",
     "preflight",
     "stage",
     "staged_integrity",
+    "staging_preflight",
     "turn_off_hub",
     "weight_files",
+    "weight_integrity",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,22 +103,84 @@ def turn_off_hub() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
 
 
-# ---------------------------------------------------------------- what a revision's load needs
-def weight_files(names: Collection[str], read_index: Callable[[str], Mapping]) -> list[str]:
-    """The weight files a transformers load reads among a revision's files ``names``: safetensors where the
-    revision has them, else PyTorch ``.bin``; for a sharded checkpoint its index (first) and the shards it names.
-    ``read_index(name)`` returns that index file's parsed JSON (called only for a sharded layout)."""
+# ---------------------------------------------------------------- what a revision's jobs need
+def _layout(names: Collection[str], read_index: Callable[[str], Mapping]) -> tuple[str | None, list[str], dict]:
+    """The weight layout a transformers load reads among ``names``: (shard index or None, tensor files, the
+    index's weight map or {}). Safetensors where the revision has a complete layout of them, else PyTorch ``.bin``:
+    a safetensors index naming shards the revision lacks falls back to a complete ``.bin`` layout."""
+    broken = []
     for index, single in WEIGHT_LAYOUTS:
         if index in names:
-            shards = sorted(set(read_index(index)["weight_map"].values()))
+            weight_map = dict(read_index(index)["weight_map"])
+            shards = sorted(set(weight_map.values()))
             missing = [s for s in shards if s not in names]
-            if missing:
-                raise StagingError(f"{index} names shards the revision does not have: {', '.join(missing)}")
-            return [index, *shards]
-        if single in names:
-            return [single]
+            if not missing:
+                return index, shards, weight_map
+            broken.append(f"{index} names shards the revision does not have: {', '.join(missing)}")
+        elif single in names:
+            return None, [single], {}
+    if broken:
+        raise StagingError("; ".join(broken))
     layouts = ", ".join(name for layout in WEIGHT_LAYOUTS for name in layout)
     raise StagingError(f"no weights: the revision has none of {layouts}")
+
+
+def weight_files(names: Collection[str], read_index: Callable[[str], Mapping]) -> list[str]:
+    """The weight files a transformers load reads among a revision's files ``names``: safetensors where the
+    revision has a complete set of them, else PyTorch ``.bin``; for a sharded checkpoint its index (first) and the
+    shards it names. ``read_index(name)`` returns that index file's parsed JSON (called only for a sharded layout)."""
+    index, shards, _ = _layout(names, read_index)
+    return [index, *shards] if index else shards
+
+
+def layer_tensors(family: str, layers: Iterable[int]) -> list[str]:
+    """State-dict names a weight-rows job reads for ``layers`` of a model family (its pre-nonlinearity projection
+    weight, under each of the family's layer paths): :func:`wneurons.store.checkpoints.weight_tensor_name`."""
+    from wneurons.lm.registry import family_spec
+    from wneurons.store.checkpoints import weight_tensor_name
+
+    spec = family_spec(family)
+    return [weight_tensor_name(path, spec.projection, layer) for layer in layers for path in spec.layers_paths]
+
+
+class FilePlan(NamedTuple):
+    """What staging one revision fetches: ``wanted`` (repository files, in order), ``weight_files`` (every tensor
+    file of the revision's weight layout, fetched or not: what its weight digest covers) and ``tensors`` (for a
+    revision read only by weight rows: the tensors read; None when a job loads the whole model)."""
+
+    wanted: list[str]
+    weight_files: list[str]
+    tensors: list[str] | None
+
+
+def plan_files(
+    names: Collection[str],
+    read_json: Callable[[str], Mapping],
+    *,
+    layers: Sequence[int] | None = None,
+    family: str | None = None,
+) -> FilePlan:
+    """The files to stage among a revision's ``names``: with ``layers`` None, what a model load reads (config,
+    tokenizer and every weight file); with ``layers``, what a weight-rows job reads (the config, the shard index
+    and only the shard(s) holding those layers' tensors; a single-file checkpoint is fetched whole). ``family``:
+    the model family (None: the revision's config.json names it). ``read_json(name)`` parses one small repository
+    file (the index, config.json), fetched when needed. A StagingError when the revision lacks config.json or a
+    complete weight layout, or its index has none of the tensors read."""
+    if "config.json" not in names:
+        raise StagingError("the revision has no config.json")
+    index, shards, weight_map = _layout(names, read_json)
+    if layers is None:
+        present = [n for n in (*CONFIG_FILES, *TOKENIZER_FILES) if n in names]
+        return FilePlan(present + ([index] if index else []) + shards, shards, None)
+    tensors = layer_tensors(family or read_json("config.json")["model_type"], layers)
+    if index is None:
+        chosen = shards
+    else:
+        chosen = sorted({weight_map[t] for t in tensors if t in weight_map})
+        if not chosen:
+            raise StagingError(f"{index} has none of the tensors weight rows read ({', '.join(tensors)})")
+    present = [n for n in CONFIG_FILES if n in names]
+    return FilePlan(present + ([index] if index else []) + chosen, shards, tensors)
 
 
 def _tensor_files(names: Iterable[str]) -> list[str]:
@@ -159,10 +227,52 @@ def _verified(path: Path, name: str, sibling: Any, where: str) -> dict[str, Any]
 
 
 # ---------------------------------------------------------------- staging
+PARTIAL = ".partial"  # in the work directory: files being downloaded, kept across processes to resume
+
+
 def _work_dir(out: Path) -> Path:
     """Where :func:`stage` downloads before the rename: a hidden sibling, kept when a download fails so that the
-    next attempt fetches only the files still missing."""
+    next attempt fetches only the files still missing and resumes a file cut mid-way."""
     return out.parent / f".{out.name}.staging"
+
+
+def _expected_size(sibling: Any) -> int | None:
+    return sibling.lfs.size if sibling.lfs is not None else sibling.size
+
+
+def _download(repo_id: str, name: str, commit: str, work: Path, sibling: Any, token, endpoint: str | None) -> Path:
+    """Fetch one file of ``repo_id`` at ``commit`` to ``work/name``; returns that path. A file already there with
+    the hub's size is kept (staging verifies it next). Bytes go to ``work/.partial/{name}.part`` first, which
+    outlives the process: a later call (after a dropped connection, a kill, a reboot) asks for the rest with an
+    HTTP Range request and appends (huggingface_hub's own downloader resumes only inside one process and deletes
+    its partial file). The whole file's sha256 is checked by the caller."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    dest = work / name
+    expected = _expected_size(sibling)
+    if dest.is_file() and dest.stat().st_size == expected:
+        return dest
+    part = work / PARTIAL / f"{name}.part"
+    part.parent.mkdir(parents=True, exist_ok=True)
+    url = hf_hub_url(repo_id, name, revision=commit, endpoint=endpoint)
+    location = get_hf_file_metadata(url, token=token, endpoint=endpoint).location
+    headers = build_hf_headers(token=token)
+    headers["Accept-Encoding"] = "identity"  # sizes and byte offsets of the file itself
+    if urlsplit(location).netloc != urlsplit(url).netloc:
+        headers.pop("authorization", None)  # LFS bytes come from another origin (a CDN): the token stays home
+    with open(part, "ab") as fh:
+        done = fh.tell()
+        if expected is not None and done > expected:
+            fh.truncate(0)
+            done = 0
+        if done:
+            log.info("%s: resuming at byte %d of %s", name, done, expected)
+        http_get(location, fh, resume_size=done, headers=headers, expected_size=expected, displayed_filename=name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(part, dest)
+    return dest
 
 
 def stage(
@@ -172,21 +282,29 @@ def stage(
     *,
     token: str | bool | None = None,
     files: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    family: str | None = None,
     endpoint: str | None = None,
 ) -> dict[str, Any]:
     """Stage ``repo_id`` at ``revision`` into ``out_dir``; returns the manifest written there as :data:`MANIFEST`.
 
-    ``files``: the repository files to fetch; by default what a model load needs (:data:`CONFIG_FILES` and
-    :data:`TOKENIZER_FILES` the revision has, and its :func:`weight_files`). The revision is resolved once to its
-    commit and every file is fetched at that commit. Each file is checked against the hub's metadata (size, LFS
-    sha256 or git blob id) and recorded with its sha256. The download goes to a hidden sibling of ``out_dir``,
-    which becomes ``out_dir`` only once every file is verified and the manifest written, so a failure leaves
-    nothing that looks staged (the sibling stays, and the next call fetches only what it lacks). Files and
+    What is fetched (:func:`plan_files`): ``files`` when given; else, with ``layers`` None, what a model load needs
+    (:data:`CONFIG_FILES` and :data:`TOKENIZER_FILES` the revision has, and its :func:`weight_files`); with
+    ``layers`` (a revision read only by weight rows), the config, the shard index and only the shard(s) holding
+    those layers of ``family`` (None: the revision's config names it). The manifest's weight digest covers every
+    tensor file of the revision, fetched or not (unfetched ones by the hub's LFS sha256), so revisions compare
+    alike however much of them was staged; ``staged_for`` says which.
+
+    The revision is resolved once to its commit and every file is fetched at that commit. Each file is checked
+    against the hub's metadata (size, LFS sha256 or git blob id) and recorded with its sha256, size and
+    modification time. The download goes to a hidden sibling of ``out_dir``, which becomes ``out_dir`` only once
+    every file is verified and the manifest written, so a failure leaves nothing that looks staged (the sibling
+    stays: the next call fetches only what it lacks and resumes a file cut mid-way, :func:`_download`). Files and
     directories get the user's umask. ``token``: as ``huggingface_hub`` takes it (None: ``HF_TOKEN`` or the
     stored login); it is sent to the hub and never written. ``endpoint``: None for ``HF_ENDPOINT`` (default
     https://huggingface.co).
     """
-    from huggingface_hub import HfApi, constants, hf_hub_download
+    from huggingface_hub import HfApi, constants
 
     out = Path(out_dir)
     where = f"{repo_id}@{revision}"
@@ -197,19 +315,22 @@ def stage(
     work.mkdir(parents=True, exist_ok=True)
 
     def fetch(name: str) -> Path:
-        path = hf_hub_download(repo_id, name, revision=commit, local_dir=work, token=token, endpoint=endpoint)
-        return Path(path)
+        return _download(repo_id, name, commit, work, siblings[name], token, endpoint)
 
     if files is None:
-        if "config.json" not in siblings:
-            raise StagingError(f"{where}: the revision has no config.json")
-        present = [n for n in (*CONFIG_FILES, *TOKENIZER_FILES) if n in siblings]
-        wanted = present + weight_files(siblings, lambda name: json.loads(fetch(name).read_text()))
+        try:
+            plan = plan_files(siblings, lambda name: json.loads(fetch(name).read_text()), layers=layers, family=family)
+        except StagingError as err:
+            raise StagingError(f"{where}: {err}") from None
+        # A tensor file the hub gives no sha256 for (not in LFS) cannot be compared unfetched: fetch it.
+        unknown = [n for n in plan.weight_files if n not in plan.wanted and siblings[n].lfs is None]
+        wanted, weights, tensors = plan.wanted + unknown, plan.weight_files, plan.tensors
     else:
         wanted = list(dict.fromkeys(files))
         missing = [n for n in wanted if n not in siblings]
         if missing:
             raise StagingError(f"{where} (commit {commit}) has no {', '.join(missing)}")
+        weights, tensors = _tensor_files(wanted), None
     log.info("staging %s (commit %s): %d files into %s", where, commit, len(wanted), out)
     records = {}
     for name in wanted:
@@ -220,7 +341,17 @@ def stage(
             path.unlink()  # else the next attempt would take the bad file as already downloaded
             raise
     _keep_only(work, wanted)
-    weights = _tensor_files(wanted)
+    for name, record in records.items():  # after the last write: what verify_staged trusts without rehashing
+        record["mtime_ns"] = (work / name).stat().st_mtime_ns
+    weight_records = {
+        n: {"size": records[n]["size"], "sha256": records[n]["sha256"]}
+        if n in records
+        else {"size": siblings[n].lfs.size, "sha256": siblings[n].lfs.sha256}
+        for n in weights
+    }
+    staged_for: Any = "model"
+    if tensors is not None:
+        staged_for = {"layers": list(layers or ()), "tensors": tensors, "files": [n for n in weights if n in records]}
     manifest = {
         "format": MANIFEST_FORMAT,
         "repo_id": repo_id,
@@ -229,8 +360,11 @@ def stage(
         "endpoint": (endpoint or constants.ENDPOINT).rstrip("/"),
         "files": records,
         "weight_files": weights,
-        "weights_sha256": _weights_digest(records, weights),
-        "weights_bytes": sum(records[n]["size"] for n in weights),
+        "weights": weight_records,
+        "weights_sha256": _weights_digest(weight_records, weights),
+        "weights_bytes": sum(r["size"] for r in weight_records.values()),
+        "staged_bytes": sum(r["size"] for r in records.values()),
+        "staged_for": staged_for,
         "pruned": False,
         "wneurons_version": __version__,
         "huggingface_hub_version": importlib.metadata.version("huggingface_hub"),
@@ -254,6 +388,80 @@ def _keep_only(directory: Path, names: Collection[str]) -> None:
 
 
 # ---------------------------------------------------------------- the integrity gate
+def _revision_order(revisions: Iterable[str]) -> list[str]:
+    revisions = list(revisions)
+    return by_step(revisions) if all(STEP_REVISION.match(r) for r in revisions) else sorted(revisions)
+
+
+def shared_weight_files(weights: Mapping[str, Mapping[str, str]]) -> list[tuple[list[str], list[str], str]]:
+    """Weight files that two or more revisions hold byte for byte while their weights as a whole differ (a shard of
+    one revision uploaded in place of another's: EleutherAI/pythia#206). ``weights``: revision -> {tensor file:
+    sha256}. Returns ``(revisions, files, sha256 of the first file)`` per group of revisions sharing files, revisions
+    in step order; revisions identical as a whole are :func:`wneurons.core.dynamics.integrity_problems`' case."""
+    digests = {r: tuple(sorted(files.items())) for r, files in weights.items()}
+    holders: dict[str, set[str]] = {}
+    names: dict[str, set[str]] = {}
+    for revision, files in weights.items():
+        for name, sha256 in files.items():
+            holders.setdefault(sha256, set()).add(revision)
+            names.setdefault(sha256, set()).add(name)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for sha256, revisions in holders.items():
+        if len(revisions) > 1 and len({digests[r] for r in revisions}) > 1:
+            groups.setdefault(tuple(_revision_order(revisions)), []).append(sha256)
+    return [
+        (list(revisions), sorted({n for sha in shas for n in names[sha]}), sorted(shas)[0])
+        for revisions, shas in groups.items()
+    ]
+
+
+def _keep_of(revisions: Sequence[str], final_revision: str) -> str:
+    return final_revision if final_revision in revisions else min(revisions, key=step_of)
+
+
+def weight_integrity(
+    model: str, weights: Mapping[str, Mapping[str, str]], final_revision: str, mode: str
+) -> tuple[list[str], list[str]]:
+    """The integrity gate over per-file weight digests (revision -> {tensor file: sha256}, from the hub's
+    metadata or staged manifests): one line per problem, naming the model, the revisions and the files, and the
+    revisions ``training.integrity: drop`` removes (of each group, all but the final revision when the group has
+    it, else all but the earliest step). Problems: revisions with identical weights (one of them the final
+    revision, or not), and revisions sharing a weight file while differing elsewhere. Returns (lines, dropped)."""
+    if mode not in ("error", "drop"):
+        raise ValueError(f"integrity mode {mode!r}: expected error or drop")
+    groups: dict[tuple, list[str]] = {}
+    for revision, files in weights.items():
+        groups.setdefault(tuple(sorted(files.items())), []).append(revision)
+    found: list[tuple[list[str], str]] = []
+    for files, members in groups.items():
+        if len(members) > 1:
+            members = _revision_order(members)
+            what = "equal the final revision" if final_revision in members else "have identical weights"
+            names = ", ".join(n for n, _ in files)
+            found.append((members, f"checkpoints {', '.join(members)} {what} ({names}; sha256 {files[0][1][:12]})"))
+    for members, names, sha256 in shared_weight_files(weights):
+        final = " (the final revision)" if final_revision in members else ""
+        found.append(
+            (
+                members,
+                f"checkpoints {', '.join(members)}{final} share {', '.join(names)} (sha256 {sha256[:12]}) "
+                "while their other weights differ: one was uploaded in place of the other's",
+            )
+        )
+    dropped: list[str] = []
+    lines = []
+    for members, what in found:
+        keep = _keep_of(members, final_revision)
+        drop = [m for m in members if m != keep]
+        dropped += drop
+        if mode == "error":
+            tail = f"training.integrity: error stops the run (drop would keep {keep}, drop {', '.join(drop)})"
+        else:
+            tail = f"training.integrity: drop keeps {keep} and drops {', '.join(drop)}, on record"
+        lines.append(f"{model}: {what}; {tail}")
+    return lines, _revision_order(set(dropped))
+
+
 def staged_integrity(
     staged: Mapping[str, str | os.PathLike],
     final_revision: str,
@@ -261,20 +469,23 @@ def staged_integrity(
     out_path: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """The checkpoint integrity gate over one model's staged revisions (``{revision: staged dir}``, pruned ones
-    included): revisions with identical weight digests, or one equal to ``final_revision``, raise
+    included), file by file (:func:`weight_integrity`): revisions with identical weight digests, one equal to
+    ``final_revision``, or revisions sharing a weight file raise
     :class:`~wneurons.core.dynamics.CheckpointIntegrityError` naming them (``mode="error"``), or are dropped
     (``mode="drop"``: the final revision, else the earliest step, of each group is kept). Returns (and writes to
     ``out_path`` when given) ``{"hashes", "commits", "problems", "dropped", "mode"}``."""
-    from wneurons.core.dynamics import CheckpointIntegrityError, integrity_drops, integrity_problems
+    from wneurons.core.dynamics import CheckpointIntegrityError
 
     if mode not in ("error", "drop"):
         raise ValueError(f"integrity mode {mode!r}: expected error or drop")
     manifests = {revision: read_manifest(d) for revision, d in staged.items()}
     hashes = {revision: m["weights_sha256"] for revision, m in manifests.items()}
-    problems = integrity_problems(hashes, final_revision)
+    files = {r: {n: w["sha256"] for n, w in weight_records(m).items()} for r, m in manifests.items()}
+    model = next(iter(manifests.values()))["repo_id"] if manifests else ""
+    lines, dropped = weight_integrity(model, files, final_revision, mode)
+    problems = [line.removeprefix(f"{model}: ") for line in lines]
     if problems and mode == "error":
         raise CheckpointIntegrityError("checkpoint integrity: " + "; ".join(problems))
-    dropped = integrity_drops(hashes, final_revision) if problems else []
     if dropped:
         log.warning("checkpoint integrity: dropping %s (%s)", ", ".join(dropped), "; ".join(problems))
     out = {
@@ -455,3 +666,126 @@ def _check_repo(
 def _status(err: Any) -> str:
     response = getattr(err, "response", None)
     return str(getattr(response, "status_code", "an error"))
+
+
+# ---------------------------------------------------------------- preflight from the hub's file metadata
+class StageRequest(NamedTuple):
+    """One revision to stage: the config's model name, hub id, revision, the directory it is staged into, and
+    what its jobs read (``layers`` None: a model load; else weight rows of those layers of ``family``)."""
+
+    model: str
+    repo_id: str
+    revision: str
+    out_dir: str
+    layers: tuple[int, ...] | None = None
+    family: str | None = None
+
+
+def _fetched_bytes(out_dir: Path, names: Iterable[str]) -> int:
+    """Bytes of ``names`` already in a revision's work directory (whole files and kept partial ones)."""
+    work = _work_dir(out_dir)
+    total = 0
+    for name in names:
+        for path in (work / name, work / PARTIAL / f"{name}.part"):
+            if path.is_file():
+                total += path.stat().st_size
+    return total
+
+
+def free_bytes(directory: str | os.PathLike) -> int:
+    """Free bytes on the file system that holds (or will hold) ``directory``: its nearest existing ancestor's."""
+    path = Path(directory).absolute()
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n:,} bytes"
+
+
+def staging_preflight(
+    requests: Iterable[StageRequest],
+    staging_dir: str | os.PathLike,
+    *,
+    staged: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+    finals: Mapping[str, str] | None = None,
+    mode: str = "error",
+    token: str | bool | None = None,
+    endpoint: str | None = None,
+    timeout: float = PREFLIGHT_TIMEOUT,
+    disk_free: Callable[[str | os.PathLike], int] = free_bytes,
+) -> tuple[list[str], list[str], dict[tuple[str, str], int]]:
+    """Before any download or job, from the hub's file metadata (``model_info(files_metadata=True)``: size and
+    sha256 of every file, no file content but each sharded revision's index and, without a family, its config):
+
+    - per revision: what staging will fetch (:func:`plan_files`), so a layout with missing shards or no config is
+      named now;
+    - per model, the weight files' sha256 of these revisions and of those already staged (``staged``: model ->
+      revision -> manifest) compared (:func:`weight_integrity`, ``finals``: model -> final revision): a revision
+      identical to another or to the final one, or sharing a weight file with another, is one line with the
+      ``training.integrity`` choice ``mode``;
+    - the bytes the revisions need (less what earlier attempts fetched) against the free space on ``staging_dir``
+      (``disk_free``): one line when they do not fit.
+
+    Returns ``(problems, notes, bytes per (model, revision))``: problems stop the run (integrity lines when
+    ``mode`` is ``error``), notes are integrity lines under ``drop`` (the gate drops and records those revisions
+    once they are staged). Requests go out 8 at a time, each with ``timeout`` seconds and no retry."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from huggingface_hub import HfApi, hf_hub_url
+    from huggingface_hub.utils import HfHubHTTPError, build_hf_headers, get_session, hf_raise_for_status
+
+    requests = list(requests)
+    api = HfApi(endpoint=endpoint)
+
+    def ask(req: StageRequest) -> tuple[FilePlan, Mapping[str, Any]] | str:
+        where = f"{req.model}@{req.revision}"
+        try:
+            info = api.model_info(req.repo_id, revision=req.revision, files_metadata=True, timeout=timeout, token=token)
+            siblings = {s.rfilename: s for s in info.siblings or ()}
+
+            def read_json(name: str) -> Mapping:
+                url = hf_hub_url(req.repo_id, name, revision=info.sha, endpoint=endpoint)
+                response = get_session().get(url, headers=build_hf_headers(token=token), timeout=timeout)
+                hf_raise_for_status(response)
+                return response.json()
+
+            return plan_files(siblings, read_json, layers=req.layers, family=req.family), siblings
+        except StagingError as err:
+            return f"{where} ({req.repo_id}): {err}"
+        except HfHubHTTPError as err:
+            return f"{where}: the hub answered {_status(err)} for {req.repo_id}@{req.revision}'s file metadata"
+        except _transport_errors() as err:
+            return f"{where}: no answer from the hub for {req.repo_id}@{req.revision} ({type(err).__name__})"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(ask, requests))
+    problems = [a for a in answers if isinstance(a, str)]
+    weights: dict[str, dict[str, dict[str, str]]] = {}
+    for model, manifests in (staged or {}).items():
+        for revision, manifest in manifests.items():
+            weights.setdefault(model, {})[revision] = {n: w["sha256"] for n, w in weight_records(manifest).items()}
+    needed: dict[tuple[str, str], int] = {}
+    for req, answer in zip(requests, answers, strict=True):
+        if isinstance(answer, str):
+            continue
+        plan, siblings = answer
+        digest = {n: s.lfs.sha256 if s.lfs is not None else f"git:{s.blob_id}" for n, s in siblings.items()}
+        weights.setdefault(req.model, {})[req.revision] = {n: digest[n] for n in plan.weight_files}
+        size = sum(_expected_size(siblings[n]) or 0 for n in plan.wanted)
+        needed[req.model, req.revision] = max(size - _fetched_bytes(Path(req.out_dir), plan.wanted), 0)
+    notes: list[str] = []
+    for model, files in weights.items():
+        if len(files) > 1:
+            lines, _ = weight_integrity(model, files, (finals or {}).get(model, ""), mode)
+            (problems if mode == "error" else notes).extend(lines)
+    total = sum(needed.values())
+    free = disk_free(staging_dir)
+    if total > free:
+        problems.append(
+            f"hub.staging_dir {staging_dir}: the {_plural(len(needed), 'revision')} to stage need {_gb(total)}, "
+            f"{_gb(free)} are free there: free space, point hub.staging_dir at a larger file system, or stage "
+            "a few revisions at a time (README, step by step)"
+        )
+    return problems, notes, needed
