@@ -121,6 +121,9 @@ def test_results_summary_is_the_aggregates_and_the_paired_drops(tmp_path, monkey
     assert f"| toy | blimp | 1% | {100 * clean.mean():.1f} | {cell} |" in table
     assert "; 3 trials" in table and "35% lowest-WD" in table
     assert cell in claims_html([], {}, "results", summary=[row])
+    few = make_run(tmp_path / "few", {"toy": {"files": {"blimp": aggregate, "paired_blimp": paired.with_columns(
+        ci_lo=pl.lit(float("nan")), ci_hi=pl.lit(float("nan")))}}})  # fmt: skip
+    assert results_summary(few)[0]["wasserstein"]["ci_lo"] is None  # no CI from too few items: null, not NaN
 
     monkeypatch.chdir(tmp_path)  # the job writes the summary beside the claims
     spec = {"models": run.models, "config": run.config, "data": {}}

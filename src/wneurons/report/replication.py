@@ -170,7 +170,9 @@ def _paired_cell(frame: pl.DataFrame | None, key: str) -> dict:
     except NotRun:
         return {}
     value = row["ratio"] if "ratio" in row else row["drop"]
-    return {"change": value, "ci_lo": row["ci_lo"], "ci_hi": row["ci_hi"], "n": row.get("n") or row.get("n_windows")}
+    cell = {"change": value, "ci_lo": row["ci_lo"], "ci_hi": row["ci_hi"], "n": row.get("n") or row.get("n_windows")}
+    # no CI under the bootstrap's minimum of units: null (JSON), shown as "—"
+    return {k: None if isinstance(v, float) and not np.isfinite(v) else v for k, v in cell.items()}
 
 
 def results_summary(run) -> list[dict]:
