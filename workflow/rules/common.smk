@@ -44,25 +44,41 @@ except ConfigError as err:
 
 MODELS = config["models"]
 
-try:
-    # Local checkpoint suites: {model: {revision: directory}}; a suite read from disk fills its revisions.
-    SUITES = {
-        m: resolve_checkpoint_suite(m, spec, paths.trained_suite(m))
-        for m, spec in MODELS.items()
-        if "checkpoint_suite" in spec
-    }
-except (ValueError, FileNotFoundError) as err:
-    sys.exit(f"config: {err}")
+
+def checkpoint_suites():
+    """Local checkpoint suites: {model: {revision: directory}}; a suite read from disk fills its revisions. A suite
+    that cannot be read exits with one line naming the model's key."""
+    suites = {}
+    for m, spec in MODELS.items():
+        if "checkpoint_suite" not in spec:
+            continue
+        try:
+            suites[m] = resolve_checkpoint_suite(m, spec, paths.trained_suite(m))
+        except (ValueError, FileNotFoundError) as err:
+            key = (
+                ""
+                if str(err).startswith("models.")
+                else f"models.{m}.checkpoint_suite.path: "
+            )
+            sys.exit(f"config: {key}{err}")
+    return suites
+
+
+SUITES = checkpoint_suites()
 
 
 # ---------------------------------------------------------------- hub models: staged here, read offline by the jobs
 # Every hub (model, revision) is staged by the local rule stage_model (data.smk) on the machine running this
 # Snakemake process, where the internet is; jobs read only staged files (wneurons.lm.hub). A job on a compute node
 # (SLURM: this file re-read there by `snakemake --mode remote`) gets the hub turned off before anything imports it.
+from wneurons.store.staged import is_staged, read_manifest, staging_dir_problem
+
 if workflow.remote_exec:
     hub.turn_off_hub()
 HUB_MODELS = targets.hub_models(config)
 STAGING = targets.staging_root(config)
+if HUB_MODELS and (problem := staging_dir_problem(STAGING)):
+    sys.exit(f"config: {problem}")
 
 
 def staged_dir(model, revision):
@@ -73,9 +89,21 @@ def staged_manifest(model, revision):
     return paths.staged_manifest(model, revision, STAGING)
 
 
+def staging_needs(wildcards):
+    """What stage_model fetches of a revision besides its identity: for a step read only by weight rows, the layers
+    they read and the model's family (only the shards holding them are fetched); a whole model otherwise.
+    """
+    m, r = wildcards.model, wildcards.revision
+    layers = targets.weight_rows_only_layers(config, m, r)
+    return {"layers": layers, "family": MODELS[m].get("family") if layers else None}
+
+
 def hub_preflight():
-    """Before any job starts, ask the hub about every revision this run stages (its stage_model jobs): one line per
-    problem (gated, missing revision, no such repo, hub unreachable; wneurons.lm.hub.preflight), then exit.
+    """Before any job starts, ask the hub about every revision this run stages (its stage_model jobs), then exit
+    with one line per problem: gated, missing revision, no such repo, hub unreachable (wneurons.lm.hub.preflight);
+    then, from the hub's per-file metadata (wneurons.lm.hub.staging_preflight): missing shards, weight files
+    identical to or shared with another revision of the model (staged or not) under `training.integrity` (`drop`:
+    printed, and the gate drops them on record), and the bytes to stage against the free space of hub.staging_dir.
 
     Called from `onstart`, which Snakemake runs only in the main process of a real run once the DAG is known: never
     for -n (planning asks nothing of the hub, so CI's dry run stays offline and fast), never in a job's process
@@ -86,16 +114,47 @@ def hub_preflight():
         return
     if os.environ.get("WNEURONS_HUB_PREFLIGHT", "1") == "0":
         return
-    staging = [
-        (
-            job.wildcards.model,
-            MODELS[job.wildcards.model]["hub_id"],
-            job.wildcards.revision,
-        )
+    jobs = [
+        job
         for job in workflow.dag.needrun_jobs()
         if job.rule.name == "stage_model" and job.wildcards.model in HUB_MODELS
     ]
+    staging = [
+        (j.wildcards.model, MODELS[j.wildcards.model]["hub_id"], j.wildcards.revision)
+        for j in jobs
+    ]
     problems = hub.preflight(staging)
+    notes = []
+    if not problems and jobs:
+        requests = []
+        for j in jobs:
+            m, r = j.wildcards.model, j.wildcards.revision
+            needs = staging_needs(j.wildcards)
+            layers = tuple(needs["layers"]) if needs["layers"] else None
+            requests.append(
+                hub.StageRequest(
+                    m, MODELS[m]["hub_id"], r, staged_dir(m, r), layers, needs["family"]
+                )
+            )
+        asked = {(q.model, q.revision) for q in requests}
+        staged = {
+            m: {
+                r: read_manifest(staged_dir(m, r))
+                for r in targets.hub_revisions(config, m)
+                if (m, r) not in asked
+                and is_staged(staged_dir(m, r), MODELS[m]["hub_id"], r)
+            }
+            for m in {q.model for q in requests}
+        }
+        problems, notes, _ = hub.staging_preflight(
+            requests,
+            STAGING,
+            staged=staged,
+            finals={m: final_revision(m) for m in staged},
+            mode=config["training"]["integrity"],
+        )
+    for line in notes:
+        print(f"hub preflight: {line}", file=sys.stderr)
     if problems:
         sys.exit(
             f"hub preflight: {len(problems)} problem(s), no job was started:\n"

@@ -96,13 +96,20 @@ def load_yaml_strict(path: str | os.PathLike) -> Any:
         try:
             return yaml.load(fh, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
         except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+            mark = getattr(err, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+            what = " ".join(str(getattr(err, "problem", None) or err).split())
+            raise ConfigError(f"{where}: not valid YAML: {what}") from None
 
 
 def _schema_error_line(err: jsonschema.ValidationError) -> str:
     where = _key_path(err.absolute_path)
     if err.validator == "additionalProperties":
         return f"config: unknown key under {where}: {err.message}"
+    if err.validator == "required":
+        missing = next((key for key in err.validator_value if key not in err.instance), "?")
+        key = _key_path([*err.absolute_path, missing])
+        return f"config: {key}: missing ({err.message})"
     if err.validator == "oneOf" and "models" in list(err.absolute_path)[:1]:
         return f"config: {where}: give exactly one of {', '.join(MODEL_SOURCES)}"
     return f"config: {where}: {err.message}"
@@ -115,7 +122,7 @@ def validate_config(config: dict, schema_path: str | os.PathLike, workdir: str |
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(e.absolute_path)))
     if errors:
         raise ConfigError(_schema_error_line(errors[0]))
-    _check_semantics(config, Path(workdir))
+    _check_semantics(config, Path(workdir), schema)
     return config
 
 
@@ -130,7 +137,7 @@ def _pin_public_source(dspec: dict) -> None:
         dspec["archive_sha256"] = dspec.get("archive_sha256") or pinned["archive_sha256"]
 
 
-def _check_semantics(config: dict, workdir: Path) -> None:
+def _check_semantics(config: dict, workdir: Path, schema: dict) -> None:
     models = config["models"]
     for name, spec in models.items():
         if spec["final_revision"] in spec["checkpoints"]:
@@ -170,7 +177,11 @@ def _check_semantics(config: dict, workdir: Path) -> None:
             raise ConfigError(f"config: data.{dname}.archive_sha256: required when url is a .zip archive")
     neurons = config["neurons"]
     _check_model_references(config)
+    _check_model_files(config, workdir, schema)
     _check_layers(config)
+    _check_token_budgets(config)
+    _check_training(config)
+    _check_capability(config)
     if 2 * neurons["md_pairs"] > neurons["md_tokens"]:
         raise ConfigError(
             f"config: neurons.md_pairs: {neurons['md_pairs']} pairs need 2x as many tokens "
@@ -193,6 +204,179 @@ def _check_semantics(config: dict, workdir: Path) -> None:
             f"config: figures.figure2a_layer: {config['figures']['figure2a_layer']} but a model has only "
             f"{min_layers} layers"
         )
+
+
+def _check_model_files(config: dict, workdir: Path, schema: dict) -> None:
+    """Family and layer count against what each model says of itself (its config.json or GGUF header, where that
+    is on disk before any job: wneurons.experiment.model_facts), and a GGUF wheel or file that is not there."""
+    from wneurons.experiment.model_facts import configured_model_facts
+
+    families = _supported_families(schema)
+    for name, spec in config["models"].items():
+        source = model_source(spec)
+        try:
+            facts = configured_model_facts(name, spec, workdir, config["hub"]["staging_dir"])
+        except FileNotFoundError as err:
+            raise ConfigError(f"config: models.{name}.{source}: {err}") from None
+        except (ValueError, OSError) as err:
+            raise ConfigError(f"config: models.{name}.{source}: cannot read the model's config: {err}") from None
+        if facts is None:
+            continue
+        types = [t for t in facts.model_types if t]
+        if types and not any(t in families for t in types):
+            raise ConfigError(
+                f"config: models.{name}.{source}: model_type {types[0]!r} ({facts.where}) is not a supported family "
+                f"(supported: {', '.join(sorted(families))})"
+            )
+        family = spec.get("family")
+        if family is not None and types and not any(_same_family(family, t) for t in types):
+            raise ConfigError(
+                f"config: models.{name}.family: {family!r} but the model's model_type is "
+                f"{' or '.join(map(repr, types))} ({facts.where})"
+            )
+        if facts.num_layers is not None and facts.num_layers != spec["num_layers"]:
+            raise ConfigError(
+                f"config: models.{name}.num_layers: {spec['num_layers']} but the model has {facts.num_layers} "
+                f"layers ({facts.where})"
+            )
+        if facts.d_ff is not None and spec.get("d_ff") not in (None, facts.d_ff):
+            raise ConfigError(
+                f"config: models.{name}.d_ff: {spec['d_ff']} but the model has {facts.d_ff} neurons per layer "
+                f"({facts.where})"
+            )
+
+
+def _supported_families(schema: dict) -> list[str]:
+    """The families of wneurons.lm.registry.FAMILIES, as the schema's ``family`` enum spells them (a test keeps the
+    two equal; the registry imports torch and sits above this package)."""
+    enum = schema["properties"]["models"]["additionalProperties"]["properties"]["family"]["enum"]
+    return [f for f in enum if f]
+
+
+def _same_family(a: str, b: str) -> bool:
+    # As wneurons.lm.registry.check_family: gemma3 and gemma3_text are one language model, with or without its
+    # vision wrapper.
+    return a.removesuffix("_text") == b.removesuffix("_text")
+
+
+def _check_token_budgets(config: dict) -> None:
+    """Windows fit in their token caps, and the samples drawn from a cap fit in it (else a job finds no window,
+    or fewer tokens than it must draw, only once it runs)."""
+    evaluation, neurons, pairs = config["evaluation"], config["neurons"], config["pairs"]
+    ppl_window, ppl_cap = evaluation["perplexity_window"], evaluation["perplexity_max_tokens"]
+    if ppl_cap is not None and ppl_window > ppl_cap:
+        raise ConfigError(
+            f"config: evaluation.perplexity_window: {ppl_window} is longer than evaluation.perplexity_max_tokens "
+            f"{ppl_cap} (perplexity is over whole windows)"
+        )
+    if neurons["max_tokens"] is not None and neurons["window"] > neurons["max_tokens"]:
+        raise ConfigError(
+            f"config: neurons.window: {neurons['window']} is longer than neurons.max_tokens {neurons['max_tokens']} "
+            "(activations are collected over whole windows)"
+        )
+    if neurons["max_tokens"] is not None and neurons["md_tokens"] > neurons["max_tokens"]:
+        raise ConfigError(
+            f"config: neurons.md_tokens: {neurons['md_tokens']} but neurons.max_tokens is {neurons['max_tokens']} "
+            "(MD tokens are drawn from the collected ones)"
+        )
+    if pairs["source"] == "pair_sample" and pairs["max_tokens"] is not None:
+        if ppl_window > pairs["max_tokens"]:
+            raise ConfigError(
+                f"config: pairs.max_tokens: {pairs['max_tokens']} is shorter than one window of "
+                f"evaluation.perplexity_window ({ppl_window})"
+            )
+        usable = pairs["max_tokens"] // ppl_window * ppl_window
+        if pairs["tokens"] > usable:
+            raise ConfigError(
+                f"config: pairs.tokens: {pairs['tokens']} but pairs.max_tokens {pairs['max_tokens']} holds "
+                f"{usable} tokens in whole windows of {ppl_window}"
+            )
+    if pairs["source"] == "test_shards" and pairs["tokens"] > neurons["md_tokens"]:
+        raise ConfigError(
+            f"config: pairs.tokens: {pairs['tokens']} but pairs.source test_shards draws from the "
+            f"{neurons['md_tokens']} MD positions (neurons.md_tokens)"
+        )
+
+
+def _check_training(config: dict) -> None:
+    """Training keys name models that have checkpoints and layers those models have."""
+    models, training = config["models"], config["training"]
+    on_disk = {m for m, spec in models.items() if spec.get("checkpoint_suite", {}).get("path")}
+    followed = [m for m, spec in models.items() if spec["checkpoints"] or m in on_disk]
+    for name in training["pair_models"]:
+        if name not in followed:
+            raise ConfigError(
+                f"config: training.pair_models: {name!r} has no checkpoints (models.{name}.checkpoints is empty), "
+                "so there is no training to follow"
+            )
+    if training["pair_models"] and training["pair_top_k"] not in config["pairs"]["top_k"]:
+        raise ConfigError(
+            f"config: training.pair_top_k: {training['pair_top_k']} is not one of pairs.top_k "
+            f"{config['pairs']['top_k']}"
+        )
+    layer = training["cohorts"]["layer"]
+    for name in followed:
+        if layer >= models[name]["num_layers"]:
+            raise ConfigError(
+                f"config: training.cohorts.layer: {layer} but {name} (followed over training) has layers "
+                f"0..{models[name]['num_layers'] - 1}"
+            )
+
+
+def _check_capability(config: dict) -> None:
+    """The capability suite's tasks exist in their source, and its other keys refer to them."""
+    from wneurons.store.lmeval_tasks import HUB_SOURCE, HUB_SUITE, WIKITEXT_TASKS
+
+    capability = config["evaluation"]["capability"]
+    tasks, source = capability["tasks"], capability["source"]
+    if source == HUB_SOURCE:
+        unknown = [t for t in tasks if t not in HUB_SUITE and not _lm_eval_has_task(t)]
+        if unknown:
+            raise ConfigError(
+                f"config: evaluation.capability.tasks: {unknown[0]!r} is not an lm-eval task "
+                f"(the standard suite: {', '.join(HUB_SUITE)})"
+            )
+    elif unknown := [t for t in tasks if t not in WIKITEXT_TASKS]:
+        raise ConfigError(
+            f"config: evaluation.capability.tasks: {unknown[0]!r} is not a task of source {source!r} "
+            f"({', '.join(WIKITEXT_TASKS)}; lm-eval's own tasks need source: hub)"
+        )
+    if stray := [t for t in capability["limits"] if t not in tasks]:
+        raise ConfigError(
+            f"config: evaluation.capability.limits: {stray[0]!r} is not in evaluation.capability.tasks {tasks}"
+        )
+    if not tasks:
+        for key in ("checkpoints", "layer_scopes"):
+            if capability[key]:
+                raise ConfigError(
+                    f"config: evaluation.capability.{key}: true but evaluation.capability.tasks is empty "
+                    "(nothing would be scored)"
+                )
+        if capability["num_fewshot"] is not None:
+            raise ConfigError(
+                f"config: evaluation.capability.num_fewshot: {capability['num_fewshot']} but "
+                "evaluation.capability.tasks is empty (nothing would be scored)"
+            )
+
+
+def _lm_eval_has_task(task: str) -> bool:
+    """Whether an installed lm-eval names ``task`` in one of its task YAML files (read as text: indexing lm-eval's
+    tasks through its TaskManager takes seconds). True when lm-eval is not installed (staging then reports it)."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("lm_eval")
+    if spec is None or not spec.submodule_search_locations:
+        return True
+    pattern = re.compile(rf"^(task|group|tag):\s*['\"]?{re.escape(task)}['\"]?\s*$", re.MULTILINE)
+    tasks_dir = Path(next(iter(spec.submodule_search_locations))) / "tasks"
+    for path in tasks_dir.rglob("*.yaml"):
+        try:
+            if task in path.read_text(errors="replace") and pattern.search(path.read_text(errors="replace")):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _check_layers(config: dict) -> None:
@@ -225,6 +409,20 @@ def _check_layers(config: dict) -> None:
                 f"config: neurons.layers.checkpoints: {name} ablates its checkpoints with checkpoint_selection: own, "
                 "which needs statistics for every layer at every checkpoint"
             )
+    ablated = {name: spec["num_layers"] for name, spec in models.items() if spec["ablate"]}
+    size = ablation["layer_groups"]["size"]
+    first = size if isinstance(size, int) else size[0]
+    if ablated and all(first >= n for n in ablated.values()):
+        listing = ", ".join(f"{name}: {n}" for name, n in ablated.items())
+        raise ConfigError(
+            f"config: ablation.layer_groups.size: {size} but the ablated models have fewer layers ({listing} "
+            "layers), so a group would be the whole model (the same neurons as the all-layer ablation)"
+        )
+    explorer = config["report"]["explorer"]
+    for name in [m for m in (explorer["models"] if explorer["models"] is not None else models) if m in models]:
+        n = models[name]["num_layers"]
+        if bad := [layer for layer in explorer["layers"] or [] if layer >= n]:
+            raise ConfigError(f"config: report.explorer.layers: layer {bad[0]} but {name} has layers 0..{n - 1}")
     single = ablation["single_layers"]
     for name in single["models"]:
         if name not in models:
