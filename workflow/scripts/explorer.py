@@ -13,4 +13,6 @@ with logged_to(snakemake.log[0]):
         bundle=snakemake.output.bundle,
         sample_dir=snakemake.input.get("sample"),
         tags_path=snakemake.input.get("tags"),
+        clamped_percents=snakemake.params.spec["clamped_percents"],
+        extra_neurons=[tuple(n) for n in snakemake.params.spec["extra_neurons"]],
     )

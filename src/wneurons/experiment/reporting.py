@@ -29,6 +29,7 @@ def replication_run(config: dict, wildcards) -> dict:
                 "family": spec["family"],
                 "params_b": spec["params_b"],
                 "revision": targets.final_revision(config, m),
+                "checkpoints": list(spec["checkpoints"]),
                 "files": targets.claim_files(config, m),
             }
             for m, spec in config["models"].items()
@@ -50,8 +51,17 @@ def replication_run(config: dict, wildcards) -> dict:
 
 
 def explorer_params(config: dict, wildcards) -> dict:
+    """The explorer's settings, the other revisions' tables it links, the clamped sets it opens and Figure 5's neuron
+    when it is this model's and named (null: the layer's top-WD neuron, in the sets). The clamped sets are the
+    configured percents up to 1% (the paper's central condition; 5% of an 8B model would be ~23,000 pages), or the
+    smallest percent when all are larger."""
     m, r = wildcards.model, wildcards.revision
+    figure5 = config["figures"]["figure5"]
+    named = figure5["model"] == m and figure5["neuron"] is not None
     return {
         "explorer": config["report"]["explorer"],
         "checkpoints": [c for c in targets.revisions(config, m) if c != r],
+        "clamped_percents": [float(p) for p in config["ablation"]["percents"] if p <= 1]
+        or [float(min(config["ablation"]["percents"]))],
+        "extra_neurons": [[figure5["layer"], figure5["neuron"]]] if named else [],
     }
