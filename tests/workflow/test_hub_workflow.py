@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 import yaml
 from hub_server import HubServer, pointed_at
-from tiny_project import REPO, SCORED_BENCHMARKS, make_tiny_project, snakemake, tiny_config, word_tokenizer
+from tiny_project import (
+    REPO,
+    SCORED_BENCHMARKS,
+    make_tiny_project,
+    snakemake,
+    snakemake_command,
+    tiny_config,
+    word_tokenizer,
+)
 
 from wneurons.experiment import paths
 from wneurons.store.staged import read_manifest, verify_staged
@@ -28,11 +36,13 @@ MODEL, REPO_ID, FINAL = "tiny-pythia", "tiny/pythia", "step2000"
 CHECKPOINTS = ["step0", "step1000"]
 STAGING = "hub-staging"  # hub.staging_dir, away from its default
 UMASK = 0o027  # group may read, others not: files written 0600 (mkstemp) or 0644 (a fixed mode) both fail
+SHARD_1 = "model-00001-of-00003.safetensors"
 
 
 def save_pythia_revision(directory: Path, seed: int, weights: str = "safetensors") -> Path:
     """A tiny random GPT-NeoX (weights from ``seed``) with the tiny project's word-level tokenizer, saved like a
-    Pythia revision: ``weights`` ``"safetensors"``, or ``"bin"`` (pytorch_model.bin only, as early Pythia steps)."""
+    Pythia revision: ``weights`` ``"safetensors"``, ``"sharded"`` (safetensors shards and their index, as the
+    large Pythias), or ``"bin"`` (pytorch_model.bin only, as early Pythia steps)."""
     import torch
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
@@ -54,6 +64,8 @@ def save_pythia_revision(directory: Path, seed: int, weights: str = "safetensors
         model = GPTNeoXForCausalLM(config)
     if weights == "safetensors":
         model.save_pretrained(directory)
+    elif weights == "sharded":
+        model.save_pretrained(directory, max_shard_size="60KB")
     else:
         model.config.save_pretrained(directory)
         torch.save(model.state_dict(), directory / "pytorch_model.bin")
@@ -66,7 +78,12 @@ def hub_config(root: Path, models: dict, **sections) -> Path:
     no explorer; ``sections`` replace whole top-level sections."""
     cfg = tiny_config(root)
     cfg["models"] = models
-    cfg["ablation"] = {"random_trials": 1, "percents": [5], "matched": {"tolerance": 0.05, "max_steps": 3}}
+    cfg["ablation"] = {
+        "random_trials": 1,
+        "percents": [5],
+        "matched": {"tolerance": 0.05, "max_steps": 3},
+        "layer_groups": {"size": 2},  # the tiny models have 4 layers
+    }
     cfg["report"] = {"explorer": {"models": []}}
     cfg["training"] = {"bootstrap": 100}
     cfg["hub"] = {"staging_dir": STAGING}
@@ -99,8 +116,19 @@ def revisions(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> dict[str, dict[str, bytes]]:
+    """Sharded revisions (3 safetensors shards and their index, as the large Pythias), by branch: file -> bytes."""
+    root = tmp_path_factory.mktemp("sharded")
+    steps = {"step0": 0, "step1000": 1, "step1500": 3, "step2000": 2}
+    return {
+        r: {p.name: p.read_bytes() for p in save_pythia_revision(root / r, seed, "sharded").iterdir()}
+        for r, seed in steps.items()
+    }
+
+
 @pytest.fixture
-def served(revisions, tmp_path, monkeypatch):
+def served(revisions, sharded, tmp_path, monkeypatch):
     """The hub server with the tiny Pythia repo (main = step2000, as Pythia's main = step143000), a gated repo, and
     a re-uploaded repo whose step1000 holds main's weights; huggingface_hub pointed at it (for the subprocesses too)."""
     with HubServer() as srv, pointed_at(srv, monkeypatch, tmp_path / "hf-home"):
@@ -112,6 +140,14 @@ def served(revisions, tmp_path, monkeypatch):
         srv.add_revision("tiny/reuploaded", "step1000", revisions["step2000"])
         srv.add_revision("tiny/reuploaded", "step2000", revisions["step2000"])
         srv.add_revision("tiny/reuploaded", "main", revisions["step2000"])
+        # Sharded: step1500 is read by weight rows only; step1000's first shard is the final revision's (pythia#206).
+        for branch, files in sharded.items():
+            srv.add_revision("tiny/sharded", branch, files)
+        substituted = {**sharded["step1000"], SHARD_1: sharded["step2000"][SHARD_1]}
+        for branch, files in (("step0", sharded["step0"]), ("step1000", substituted)):
+            srv.add_revision("tiny/substituted", branch, files)
+        for branch in ("step2000", "main"):
+            srv.add_revision("tiny/substituted", branch, sharded["step2000"])
         yield srv
 
 
@@ -258,18 +294,72 @@ def test_preflight_one_line_per_bad_model_and_no_job_started(served, tmp_path, m
 
 
 # ---------------------------------------------------------------- the integrity gate on staged manifests
-def test_the_integrity_gate_fires_on_a_step_branch_equal_to_main_before_any_model_runs(served, tmp_path):
+def test_a_step_branch_equal_to_main_stops_the_preflight_or_is_dropped_on_record(served, tmp_path):
     make_tiny_project(tmp_path)
     hub_config(tmp_path, {"reuploaded": pythia_entry("tiny/reuploaded")})
     target = paths.integrity("reuploaded")
     proc = snakemake(tmp_path, "--cores", "1", target, check=False, timeout=300)
-    log = (tmp_path / paths.log_file("checkpoint_integrity", "reuploaded")).read_text()
-    assert proc.returncode != 0 and "checkpoints step1000, step2000 equal the final revision" in log
-    assert not (tmp_path / target).exists()
-    assert not (tmp_path / "results/reuploaded/step0").exists()  # staging and the gate only: no model ran
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if line.startswith("reuploaded:")]
+    assert proc.returncode != 0 and len(lines) == 1, out[-3000:]
+    assert lines[0].startswith("reuploaded: checkpoints step1000, step2000 equal the final revision (model.safetensors")
+    assert job_lines(out) == [] and not (tmp_path / STAGING).exists()  # from the hub's metadata: nothing staged
 
     hub_config(tmp_path, {"reuploaded": pythia_entry("tiny/reuploaded")}, training={"integrity": "drop"})
-    snakemake(tmp_path, "--cores", "1", target, timeout=300)
+    proc = snakemake(tmp_path, "--cores", "1", target, timeout=300)
+    assert "drop keeps step2000 and drops step1000, on record" in proc.stderr
     integrity = json.loads((tmp_path / target).read_text())
     assert integrity["dropped"] == ["step1000"] and integrity["mode"] == "drop"
     assert integrity["commits"]["step1000"] == served.repos["tiny/reuploaded"].branches["step1000"]
+    assert not (tmp_path / "results/reuploaded/step0").exists()  # staging and the gate only: no model ran
+
+    # The gate on staged manifests still fires when the preflight is skipped.
+    hub_config(tmp_path, {"reuploaded": pythia_entry("tiny/reuploaded")})
+    env = {**os.environ, "WNEURONS_HUB_PREFLIGHT": "0"}
+    cmd = snakemake_command(tmp_path, "--cores", "1", target, "--forcerun", "checkpoint_integrity")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    log = (tmp_path / paths.log_file("checkpoint_integrity", "reuploaded")).read_text()
+    assert proc.returncode != 0 and "checkpoints step1000, step2000 equal the final revision" in log
+
+
+# ---------------------------------------------------------------- fetch only what is read; preflight from metadata
+def test_a_weight_rows_only_step_stages_only_the_shard_holding_its_layer(served, tmp_path):
+    make_tiny_project(tmp_path)
+    entry = pythia_entry("tiny/sharded", FINAL, ["step0"])
+    entry["weight_checkpoints"] = ["step0", "step1500", FINAL]
+    hub_config(tmp_path, {"sharded": entry})
+    start = len(served.sent)
+    snakemake(tmp_path, "--cores", "1", paths.weight_rows("sharded", "step1500"), timeout=600)
+    manifest = read_manifest(tmp_path / paths.staged_dir("sharded", "step1500", STAGING))
+    index = json.loads(served.file("tiny/sharded", "step1500", "model.safetensors.index.json"))
+    holder = index["weight_map"]["gpt_neox.layers.1.mlp.dense_h_to_4h.weight"]
+    assert manifest["staged_for"]["files"] == [holder] and len(manifest["weight_files"]) == 3
+    shards = [p.split("file=")[1] for srv, p, n in served.sent[start:] if srv == "cdn" and n]
+    assert shards == [holder]  # the only weight bytes this run downloaded
+    record = json.loads((tmp_path / paths.weight_record("sharded", "step1500")).read_text())
+    assert record["weights_sha256"] == manifest["weights_sha256"]
+
+
+def test_the_preflight_names_a_substituted_shard_before_any_download(served, tmp_path):
+    make_tiny_project(tmp_path)
+    hub_config(tmp_path, {"substituted": pythia_entry("tiny/substituted")})
+    proc = snakemake(tmp_path, "--cores", "1", "all", check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if line.startswith("substituted:")]
+    assert proc.returncode != 0 and len(lines) == 1, out[-3000:]
+    assert lines[0].startswith(f"substituted: checkpoints step1000, step2000 (the final revision) share {SHARD_1}")
+    assert "training.integrity: error stops the run" in lines[0]
+    assert "hub preflight: 1 problem(s), no job was started" in out
+    assert job_lines(out) == [] and not (tmp_path / STAGING).exists()
+    assert [p for srv, p, n in served.sent if srv == "cdn" and n] == []  # no weight byte downloaded
+
+
+def test_a_staging_dir_that_is_a_file_is_one_line_before_any_job(tmp_path):
+    make_tiny_project(tmp_path)
+    hub_config(tmp_path, {MODEL: pythia_entry()})
+    (tmp_path / STAGING).write_text("not a directory")
+    proc = snakemake(tmp_path, "-n", "all", check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"config: hub.staging_dir {STAGING} is a file, not a directory: point it at a directory" in out
+    assert "Traceback" not in out and len(out.strip().splitlines()) <= 3, out

@@ -67,7 +67,8 @@ rule stage_lmeval_tasks:
 
 
 # Hub models (wneurons.lm.hub): each revision staged on this machine (where the internet is) before any job reads
-# it, pinned to its commit and verified; a revision's weights pruned once every job reading them is done.
+# it, pinned to its commit and verified (only the shards weight rows read, for a step read by nothing else); a
+# revision's weights pruned once every job reading them is done.
 rule stage_model:
     output:
         staged_manifest("{model}", "{revision}"),
@@ -78,6 +79,7 @@ rule stage_model:
     localrule: True
     params:
         hub=hub_source,
+        needs=staging_needs,
     run:
         run_script("stage_model.py", input, output, params, wildcards, threads, log)
 

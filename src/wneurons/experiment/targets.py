@@ -136,6 +136,15 @@ def weight_readers(config: dict, model: str, revision: str) -> list[str]:
     return readers
 
 
+def weight_rows_only_layers(config: dict, model: str, revision: str) -> list[int] | None:
+    """The layers read from a revision whose only weight reader is weight rows (a step of the weight grid that is
+    neither the final revision nor a checkpoint): staging fetches only the shard(s) holding them
+    (``training.cohorts.layer``). None when a job loads the whole model."""
+    if weight_readers(config, model, revision) == [paths.weight_rows(model, revision)]:
+        return [config["training"]["cohorts"]["layer"]]
+    return None
+
+
 def pruned_revisions(config: dict, model: str) -> list[str]:
     """The staged revisions of a hub model whose weights are removed once read (config ``hub.prune``): every one but the
     final revision (``checkpoints``), all, or none."""
