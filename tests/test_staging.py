@@ -233,3 +233,23 @@ def test_staging_killed_mid_file_resumes_with_a_range_request_and_verifies(serve
     assert ranges[0] == (SHARD_1, f"bytes={kept}-") and all(r is None for _, r in ranges[1:]), ranges
     assert manifest["files"][SHARD_1]["sha256"] == io.sha256_file(out / SHARD_1)
     assert not part.exists() and verify_staged(out)["commit"] == server.repos["tiny/sharded"].branches["main"]
+
+
+# ---------------------------------------------------------------- a killed collection's temporary directory
+def test_a_new_write_sweeps_what_a_killed_writer_of_the_same_directory_left(tmp_path):
+    target = tmp_path / "activations" / "m" / "step0"
+    code = (
+        "import os, signal\n"
+        "from wneurons.store import io\n"
+        f"with io.atomic_directory({str(target)!r}) as tmp:\n"
+        "    (tmp / 'shard-0.bin').write_bytes(b'x' * 4096)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code]).returncode == -signal.SIGKILL
+    left = sorted(p.name for p in target.parent.iterdir())
+    assert len(left) == 1 and left[0].startswith(".step0.") and left[0].endswith(".tmp")  # the kill's leftover
+    (target.parent / ".step0.old-notes.tmp").write_text("not a temporary of this writer")
+    (target.parent / ".step1.0123abcd.tmp").mkdir()  # another revision's collection, maybe running: kept
+    with io.atomic_directory(target) as tmp:
+        (tmp / "shard-0.bin").write_bytes(b"y")
+    assert sorted(p.name for p in target.parent.iterdir()) == [".step0.old-notes.tmp", ".step1.0123abcd.tmp", "step0"]

@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import platform
+import re
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from wneurons import __version__
+
+log = logging.getLogger(__name__)
 
 
 def _new_temporary(parent: Path, prefix: str, suffix: str, *, directory: bool = False) -> Path:
@@ -75,6 +79,25 @@ def replace_directory(source: str | os.PathLike, path: str | os.PathLike) -> Non
         os.replace(source, path)
 
 
+def sweep_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary siblings (``.{name}.<8 hex>.tmp``) that earlier writers of ``path`` left behind when
+    they were killed (SIGKILL, a time limit, a lost node: no cleanup runs), up to an activation collection's size
+    each; returns what was removed. Called as a new write of ``path`` starts: one job writes an output at a time,
+    so any such sibling is stale."""
+    path = Path(path)
+    stale = re.compile(rf"^\.{re.escape(path.name)}\.[0-9a-f]{{8}}\.tmp$")
+    if not path.parent.is_dir():
+        return []
+    removed = [p for p in path.parent.iterdir() if stale.match(p.name)]
+    for p in removed:
+        log.warning("removing %s, left by a killed writer of %s", p, path)
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary sibling directory of ``path``; on success it replaces ``path``, else it is removed.
@@ -84,6 +107,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale_temporaries(path)
     tmp = _new_temporary(path.parent, f".{path.name}.", ".tmp", directory=True)
     try:
         yield tmp
