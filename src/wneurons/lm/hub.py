@@ -10,9 +10,13 @@ writes :data:`MANIFEST` there last. Jobs then load that directory with the hub t
   hub unreachable), in seconds: short timeouts and no retry loop (the library's own retries take 48 s when the
   hub is unreachable). The token is sent to the hub only, never printed.
 - what a staged directory holds and how it is read, verified and pruned is :mod:`wneurons.store.staged`.
-- :func:`staged_integrity`, the training-dynamics gate over staged manifests: two revisions with identical
-  weights (or a step equal to the final revision, e.g. ``main``) is an error naming both, or, with
-  ``mode="drop"``, a recorded drop.
+- :func:`staging_preflight`, also before any job and any download: from the hub's file metadata (size and sha256
+  of every file), what each revision needs (:func:`plan_files`: a step read only by weight rows gets only the
+  shard(s) holding its layer), missing shards, revisions identical to or sharing a weight file with another
+  (:func:`weight_integrity`), and the bytes to stage against the free space of the staging directory.
+- :func:`staged_integrity`, the training-dynamics gate over staged manifests, file by file: two revisions with
+  identical weights (or a step equal to the final revision, e.g. ``main``), or sharing a weight file, is an error
+  naming them, or, with ``mode="drop"``, a recorded drop.
 
 This module lives in ``lm/`` rather than ``store/``: it is the model runtime's client of the hub (which files a
 transformers load reads, gated repos and tokens, ``huggingface_hub``'s HTTP errors), and ``store/`` stays free of
