@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paired", type=Path, help="a paired/{benchmark}.parquet table of a run")
     parser.add_argument("--difference", type=float, default=0.01, help="target accuracy difference (0.01: 1 pt)")
-    parser.add_argument("--alpha", type=float, default=0.01)
-    parser.add_argument("--power", type=float, default=0.8)
-    parser.add_argument("--reference", help="only rows with this reference condition (e.g. clean)")
+    parser.add_argument("--alpha", type=float, default=0.01, help="two-sided significance level (default 0.01)")
+    parser.add_argument("--power", type=float, default=0.8, help="power to detect --difference (default 0.8)")
+    parser.add_argument("--reference", help="only rows with this reference condition (e.g. clean; default: all)")
     parser.add_argument("--all-groups", action="store_true", help="also the per-term / per-family rows")
     args = parser.parse_args(argv)
     if not args.paired.exists():

@@ -1,0 +1,339 @@
+"""The ``wneurons`` command: one entry point over the workflow. Snakemake stays the engine: every subcommand that
+runs the grid builds a ``snakemake`` command line (printed first), and every ``snakemake`` command keeps working.
+
+    wneurons init MODEL [--name NAME] [--template CONFIG] [-o my-model.yaml]   write a validated config
+    wneurons plan [CONFIG] [--profile P] [--site S]     jobs, allocations, model loads, GPU-hours and disk
+    wneurons run [CONFIG] [-n] [--profile P] [-- SNAKEMAKE ARGS]   run (or dry-run) the grid
+    wneurons compare A B [--subset] [--rtol R]            two result trees (wneurons.report.compare)
+    wneurons power PAIRED [--difference D] ...            sizing from a run's paired table (wneurons.report.power)
+    wneurons explore [CONFIG] [--model M]                 build the neuron explorer and print where it is
+
+Run it in the repository (the directory holding the Snakefile), as ``snakemake``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wneurons.experiment import paths
+from wneurons.experiment.config import ConfigError, load_yaml_strict, validate_config
+from wneurons.experiment.model_facts import (
+    ModelFacts,
+    facts_from_config_json,
+    facts_from_gguf,
+    model_dir_facts,
+)
+
+SCHEMA = "workflow/schemas/config.schema.yaml"
+DEFAULT_CONFIG = "config/config.yaml"
+# Template keys that name one of the template's models: reset for a config of another model (to their defaults).
+_MODEL_KEYS: list[tuple[tuple[str, ...], Any]] = [
+    (("figures", "figure1", "model"), None),
+    (("figures", "figure1", "contrast"), None),
+    (("figures", "figure5", "model"), None),
+    (("figures", "figure6", "model"), None),
+    (("figures", "figure7", "model"), None),
+    (("pos", "model"), None),
+    (("training", "pair_models"), []),
+    (("report", "explorer", "models"), None),
+    (("ablation", "single_layers", "models"), []),
+]
+
+
+class CommandError(Exception):
+    """A problem the user can fix; its message is printed as one line."""
+
+
+def repository_root() -> Path:
+    """The workflow's directory: the working directory when it holds the Snakefile, else the repository this package
+    was installed from (an editable install)."""
+    for candidate in (Path.cwd(), Path(__file__).resolve().parents[3]):
+        if (candidate / "Snakefile").is_file():
+            return candidate
+    raise CommandError("no Snakefile here: run wneurons in the repository (the directory holding the Snakefile)")
+
+
+# ---------------------------------------------------------------- init
+def _model_name(model: str) -> str:
+    stem = Path(model.rstrip("/")).name.removesuffix(".gguf").lower()
+    name = re.sub(r"[^a-z0-9._-]+", "-", stem).strip("-._")
+    return name or "model"
+
+
+def estimated_params(config_json: str | os.PathLike) -> int:
+    """Parameters of a decoder-only transformer from its config.json alone (no weights): embeddings (untied
+    ones twice), attention 4 d^2 per layer and the MLP (3 d d_ff when gated, else 2 d d_ff)."""
+    import json
+
+    config = json.loads(Path(config_json).read_text())
+    text = config.get("text_config") or config
+    d = next(text[k] for k in ("hidden_size", "n_embd", "d_model") if k in text)
+    facts = facts_from_config_json(config_json)
+    d_ff = facts.d_ff or 4 * d
+    gated = any(k in text for k in ("hidden_act", "hidden_activation")) and config.get("model_type") != "gpt_neox"
+    embeddings = text.get("vocab_size", 0) * d * (1 if text.get("tie_word_embeddings", True) else 2)
+    return embeddings + (facts.num_layers or 0) * (4 * d * d + (3 if gated else 2) * d * d_ff)
+
+
+def model_entry(model: str, revision: str | None = None) -> tuple[dict, ModelFacts]:
+    """The ``models`` entry of MODEL (a local model directory, a GGUF file or a hub id) and the facts it was built
+    from: family, layers and width from the model's own config.json (fetched from the hub for a hub id) or GGUF
+    header, parameters from its weight headers where they are on disk."""
+    path = Path(model)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise CommandError(f"init: {model}: a directory without config.json is not a saved transformers model")
+        facts, source = model_dir_facts(path), {"local_path": str(path)}
+        if facts.params is None:
+            facts = facts._replace(params=estimated_params(path / "config.json"))
+    elif path.is_file():
+        try:
+            facts = facts_from_gguf(path)
+        except ValueError as err:
+            raise CommandError(f"init: {model}: {err} (give a model directory, a GGUF file or a hub id)") from None
+        source = {"gguf_file": str(path)}
+    elif re.fullmatch(r"[^/\s]+/[^/\s]+", model):
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import HfHubHTTPError
+
+        try:
+            config_json = hf_hub_download(model, "config.json", revision=revision)
+        except (HfHubHTTPError, OSError, ValueError) as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise CommandError(f"init: {model}: cannot fetch config.json from the hub: {first}") from None
+        facts = facts_from_config_json(config_json)._replace(params=estimated_params(config_json), where=model)
+        source = {"hub_id": model}
+    else:
+        raise CommandError(f"init: {model}: no such directory or file, and not a hub id (org/name)")
+    entry = {"family": None, **source, "num_layers": facts.num_layers}
+    if revision and "hub_id" in source:
+        entry["final_revision"] = revision
+    if facts.d_ff:
+        entry["d_ff"] = int(facts.d_ff)
+    entry["params_b"] = float(f"{facts.params / 1e9:.3g}") if facts.params else 0.001
+    return entry, facts
+
+
+def _family(facts: ModelFacts, family: str | None, families: list[str]) -> str:
+    types = [t for t in facts.model_types if t]
+    if not any(t in families for t in types):
+        raise CommandError(
+            f"init: {facts.where}: model_type {types[0] if types else None!r} is not a supported family "
+            f"(supported: {', '.join(families)})"
+        )
+    if family is not None:
+        if not any(family.removesuffix("_text") == t.removesuffix("_text") for t in types):
+            raise CommandError(
+                f"init: --family {family!r} but the model's model_type is {' or '.join(map(repr, types))} "
+                f"({facts.where})"
+            )
+        return family
+    return next(t for t in types if t in families)
+
+
+def _reset(config: dict, path: tuple[str, ...], value: Any) -> None:
+    node = config
+    for key in path[:-1]:
+        if not isinstance(node.get(key), dict):
+            return
+        node = node[key]
+    if path[-1] in node:
+        node[path[-1]] = value
+
+
+def init_config(args: argparse.Namespace, root: Path) -> Path:
+    """Write the config of ``args.model`` (keys other than ``models`` from ``args.template``), validated as the
+    workflow validates it; return its path."""
+    template_path = Path(args.template or root / "config/demo.yaml")
+    template = load_yaml_strict(template_path)
+    schema = load_yaml_strict(root / SCHEMA)
+    families = [f for f in schema["properties"]["models"]["additionalProperties"]["properties"]["family"]["enum"] if f]
+    entry, facts = model_entry(args.model, args.revision)
+    entry["family"] = _family(facts, args.family, families)
+    name = args.name or _model_name(args.model)
+    config = {key: value for key, value in template.items() if key != "models"}
+    for path, value in _MODEL_KEYS:
+        _reset(config, path, value)
+    config = {"models": {name: entry}, **config}
+    out = Path(args.output or f"config/{name}.yaml")
+    try:
+        validate_config(yaml.safe_load(yaml.safe_dump(config)), root / SCHEMA, Path.cwd())
+    except ConfigError as err:
+        raise CommandError(f"init: the config for {name} does not validate: {err}") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        f"# Written by `wneurons init {args.model}`: {name} ({entry['family']}, {entry['num_layers']} layers, "
+        f"read from {facts.where}); every key but `models` from {template_path}.\n"
+        f"# Keys and defaults: {SCHEMA}. Check it with `snakemake -n --configfile {out}`.\n"
+    )
+    out.write_text(header + yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
+# ---------------------------------------------------------------- run, plan, explore
+def checked_config(config: str) -> str:
+    """``config`` when it parses (duplicate keys refused); CommandError naming file, line and column else
+    (Snakemake's own message names neither)."""
+    if not Path(config).is_file():
+        raise CommandError(f"{config}: no such config file")
+    try:
+        load_yaml_strict(config)
+    except ConfigError as err:
+        raise CommandError(str(err)) from None
+    return config
+
+
+def snakemake_command(config: str, profiles: list[str], extra: list[str]) -> list[str]:
+    """The ``snakemake`` command line a subcommand runs."""
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", config]
+    cmd += [arg for p in profiles for arg in ("--profile", p)]
+    return cmd + extra
+
+
+def _run_snakemake(cmd: list[str], root: Path) -> int:
+    print("$ " + " ".join(["snakemake", *cmd[3:]]), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, cwd=root).returncode
+
+
+# ---------------------------------------------------------------- the parser
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="wneurons",
+        description="Wasserstein neurons: configure, size and run the workflow (Snakemake underneath), and read "
+        "its results. `wneurons COMMAND --help` explains each command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "init",
+        formatter_class=fmt,
+        help="write a validated config for one model",
+        description="Write a config for MODEL, checked before any job: its family (transformers model_type) and "
+        "layer count are read from the model's own config.json (a local directory; fetched from the hub for a "
+        "hub id) or GGUF header, and the config is validated as the workflow validates it. Every key but "
+        "`models` comes from the template.",
+    )
+    p.add_argument("model", metavar="MODEL", help="a saved transformers model directory, a GGUF file or a hub id")
+    p.add_argument("--name", help="the model's name in result paths (default: from MODEL, lower case)")
+    p.add_argument("--family", help="the family you expect; an error in one line if the model is of another")
+    p.add_argument("--revision", help="hub revision (branch, tag or commit) of a hub id; default: main")
+    p.add_argument("--template", help="config whose other keys (data, grid) are copied (default: config/demo.yaml)")
+    p.add_argument("-o", "--output", help="where to write it (default: config/NAME.yaml)")
+
+    p = sub.add_parser(
+        "plan",
+        formatter_class=fmt,
+        help="jobs, allocations, model loads, GPU-hours and disk of a config's grid",
+        description="Size a config's grid before running it, from a dry run of the real DAG through the profiles "
+        "(perf/grid_jobs.py) and the activation-shard disk (perf/disk_grid.py). GPU-hours are forward FLOPs at "
+        "--tflops sustained plus startup and weight loading: stated assumptions, not measurements.",
+    )
+    p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config to size")
+    p.add_argument("--profile", action="append", help="a Snakemake profile (repeatable; default profiles/slurm)")
+    p.add_argument("--site", help="a site file (profiles/site.example/site.yaml) instead of the config's `site`")
+    p.add_argument("--tflops", type=float, default=300.0, help="sustained TFLOP/s per GPU")
+    p.add_argument("--load-gbps", type=float, default=2.0, help="GB/s a model's weights load at")
+    p.add_argument("--startup-s", type=float, default=10.0, help="seconds a job's process needs before loading")
+    p.add_argument("--no-disk", action="store_true", help="leave out the activation-shard disk table")
+
+    p = sub.add_parser(
+        "run",
+        formatter_class=fmt,
+        help="run (or dry-run) the grid with Snakemake",
+        description="Run `snakemake --configfile CONFIG [--profile P] ...` in the repository after checking that "
+        "the config parses (a YAML error is named by file and line). Arguments after `--` go to Snakemake "
+        "unchanged (targets, --cores, --keep-going ...), e.g. `wneurons run config/demo.yaml -- --cores 2`.",
+    )
+    p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config of the run")
+    p.add_argument("-n", "--dry-run", action="store_true", help="only list the jobs that would run")
+    p.add_argument(
+        "--profile", action="append", default=[], help="a Snakemake profile (repeatable), e.g. profiles/local"
+    )
+
+    p = sub.add_parser(
+        "explore",
+        formatter_class=fmt,
+        help="build a model's neuron explorer and print where it is",
+        description="Build the static, offline neuron explorer of a model's final revision (Snakemake target "
+        "results/{model}/{revision}/explorer) and print the path of its index.html.",
+    )
+    p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config of the run")
+    p.add_argument("--model", help="the model (default: the config's first)")
+    p.add_argument("--profile", action="append", default=[], help="a Snakemake profile (repeatable)")
+    p.add_argument("--cores", default="all", help="Snakemake --cores")
+
+    for name, module, text in (
+        ("compare", "wneurons.report.compare", "compare two result trees (exit 1 on result differences)"),
+        ("power", "wneurons.report.power", "size the next run from a run's paired table"),
+    ):
+        p = sub.add_parser(
+            name,
+            help=text,
+            add_help=False,
+            description=f"{text}; the options are {module}'s (`wneurons {name} --help`).",
+        )
+        p.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough: list[str] = []
+    if argv[:1] in (["run"], ["explore"]) and "--" in argv:  # the rest is Snakemake's
+        passthrough, argv = argv[argv.index("--") + 1 :], argv[: argv.index("--")]
+    if argv[:1] == ["compare"]:  # its own options and --help, unchanged
+        from wneurons.report import compare
+
+        return compare.main(argv[1:])
+    if argv[:1] == ["power"]:
+        from wneurons.report import power
+
+        return power.main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        root = repository_root()
+        if args.command == "init":
+            out = init_config(args, root)
+            print(f"wrote {out}; next: wneurons plan {out}  (or: snakemake -n --configfile {out})")
+            return 0
+        if args.command == "plan":
+            from wneurons.experiment import plan
+
+            checked_config(args.config)
+            args.profile = args.profile or ["profiles/slurm"]
+            try:
+                plan.print_grid(args, root)
+            except subprocess.CalledProcessError as err:
+                lines = [line for line in (err.stderr or "").splitlines() if line.strip()]
+                raise CommandError(lines[-1] if lines else f"snakemake failed ({err.returncode})") from None
+            if not args.no_disk:
+                print()
+                plan.print_disk(Path(root) / args.config, root)
+            return 0
+        if args.command == "run":
+            extra = (["-n"] if args.dry_run else []) + passthrough
+            return _run_snakemake(snakemake_command(checked_config(args.config), args.profile, extra), root)
+        if args.command == "explore":
+            config = validate_config(load_yaml_strict(checked_config(args.config)), root / SCHEMA, root)
+            model = args.model or next(iter(config["models"]))
+            if model not in config["models"]:
+                raise CommandError(f"explore: {model!r} is not a model of {args.config}")
+            site = paths.explorer(model, config["models"][model]["final_revision"])
+            cmd = snakemake_command(args.config, args.profile, ["--cores", str(args.cores), *passthrough, site])
+            code = _run_snakemake(cmd, root)
+            if code == 0:
+                print(f"{root / site / 'index.html'}")
+            return code
+    except (CommandError, ConfigError) as err:
+        print(str(err), file=sys.stderr)
+        return 2
+    return 1

@@ -1,0 +1,193 @@
+"""What a config's grid costs before it runs: jobs, SLURM allocations, model loads, GPU-hours (from a dry run of the
+real DAG) and the disk its activation shards take. ``wneurons plan`` prints both; perf/grid_jobs.py and
+perf/disk_grid.py print one each (their docstrings state the assumptions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import NamedTuple
+
+import yaml
+
+from wneurons.experiment.allocations import CPU_MEMBERS, Site, tokens_of
+from wneurons.experiment.config import validate_config
+from wneurons.experiment.grid import WIKITEXT2_TEST_TOKENS, collected_layers, neurons_per_layer_of, shard_bytes
+from wneurons.experiment.rule_files import rules_with
+
+__all__ = ["Job", "allocation_requests", "dry_run", "model_of_group", "print_allocations", "print_disk", "print_grid"]
+
+
+class Job(NamedTuple):
+    rule: str
+    group: str | None  # the group job (allocation) it is a member of
+    wildcards: dict[str, str]
+    resources: dict[str, str]
+
+
+def dry_run(config: str, profiles: list[str], site: str | None = None, root: str | Path = ".") -> list[Job]:
+    """Every job of ``all`` with its group job and resources, from a dry run through the profiles (which prints
+    each group job with its member jobs indented under it), run in ``root`` (the repository: its Snakefile)."""
+    cmd = [sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--configfile", config]
+    cmd += [arg for p in profiles for arg in ("--profile", p)]
+    cmd += ["--config", f"site={site}"] if site else []
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=True).stdout
+    jobs, group, current = [], None, None
+    for line in out.splitlines():
+        if g := re.search(r"Group job (\S+) \(jobs", line):
+            group = g.group(1)
+            continue
+        if m := re.match(r"^(\s*)(?:local)?rule (\w+):$", line):
+            current = Job(m.group(2), group if m.group(1) else None, {}, {})
+            jobs.append(current)
+        elif current is not None and line.strip().startswith(("wildcards: ", "resources: ")):
+            key, _, values = line.strip().partition(": ")
+            getattr(current, key).update(kv.split("=", 1) for kv in values.split(", "))
+    return jobs
+
+
+def model_of_group(group: str, models: dict) -> str:
+    """The model of a group job named ``gpu-{model}-{revision}-...``: the longest model name the name starts with
+    (model names contain dashes)."""
+    return max((m for m in models if group.startswith(f"gpu-{m}-")), key=len)
+
+
+def allocation_requests(jobs: list[Job]) -> dict[str, tuple[int, int]]:
+    """(walltime minutes, memory MB) each group job asks, bounded from above: the sum of its members' runtimes, and
+    its largest GPU member's memory plus its CPU members' (which run beside it)."""
+    members = defaultdict(list)
+    for job in jobs:
+        if job.group:
+            members[job.group].append(job)
+    requests = {}
+    for group, js in members.items():
+        minutes = sum(int(j.resources["runtime"]) for j in js)
+        gpu = max((int(j.resources["mem_mb"]) for j in js if j.rule not in CPU_MEMBERS), default=0)
+        cpu = sum(int(j.resources["mem_mb"]) for j in js if j.rule in CPU_MEMBERS)
+        requests[group] = (minutes, gpu + cpu)
+    return requests
+
+
+def print_grid(args: argparse.Namespace, root: Path) -> None:
+    """Print the jobs, submissions, model loads, GPU-hours and allocations of ``args.config``'s grid (``args``:
+    config, profile (a list), site, tflops, load_gbps, startup_s; perf/grid_jobs.py's options), dry-run in ``root``."""
+    schema = root / "workflow/schemas/config.schema.yaml"
+    config = validate_config(yaml.safe_load((root / args.config).read_text()), schema, root)
+    if args.site:
+        config["site"] = args.site
+    parsed = dry_run(args.config, args.profile, args.site, root)
+    jobs = [(j.rule, j.group is not None, j.wildcards) for j in parsed]
+    requests = allocation_requests(parsed)
+    group_jobs = list(requests)
+    gpu, local = rules_with("gpu=1,", root), rules_with("localrule: True", root)
+
+    local_jobs = sum(r in local for r, _, _ in jobs)
+    ungrouped = sum(not grouped and r not in local for r, grouped, _ in jobs)
+    loads = Counter(w["model"] for r, _, w in jobs if r in gpu)
+    checkpoints = {(w["model"], w["revision"]) for r, _, w in jobs if r in gpu}
+    print(f"config: {args.config}; profiles: {', '.join(args.profile)}")
+    print(f"jobs: {len(jobs):,} ({local_jobs:,} local rules' jobs); jobs of GPU rules: {sum(loads.values()):,}")
+    print(f"SLURM submissions without groups and local rules: {len(jobs) - 1:,} (every job but `all`)")
+    with_groups = len(group_jobs) + ungrouped
+    print(
+        f"SLURM submissions through the profile: {with_groups:,} ({len(group_jobs):,} group jobs + {ungrouped:,} "
+        f"other jobs) = {(len(jobs) - 1) / with_groups:.1f}x fewer"
+    )
+    allocations = Counter(model_of_group(g, config["models"]) for g in group_jobs)
+    print(
+        f"model loads: {len(group_jobs):,} through the profile (one per allocation: its GPU jobs share one process "
+        f"and one loaded model); {sum(loads.values()):,} with one process per GPU job (the slurm plugin's group "
+        f"jobs, or no groups); {len(checkpoints):,} (model, revision) pairs x job slots in one process over the grid"
+    )
+
+    def startup_and_load_h(model: str) -> float:
+        return (args.startup_s + 2 * config["models"][model]["params_b"] * 1e9 / (args.load_gbps * 1e9)) / 3600
+
+    hours = defaultdict(float)
+    per_job = defaultdict(float)  # startup + one load, paid by every GPU job in a process of its own
+    for rule, _, w in jobs:
+        if rule not in gpu:
+            continue
+        params = config["models"][w["model"]]["params_b"] * 1e9
+        hours[w["model"]] += 2 * params * tokens_of(config, rule, w) / (args.tflops * 1e12) / 3600
+        per_job[w["model"]] += startup_and_load_h(w["model"])
+    print(
+        f"\nGPU-hours at {args.tflops:g} TFLOP/s sustained; each process {args.startup_s:g} s of startup, loads at "
+        f"{args.load_gbps:g} GB/s (bf16 weights):"
+    )
+    header = f"{'model':<16}{'GPU jobs':>9}{'allocations':>12}{'compute h':>11}"
+    print(header + f"{'startup+load per job h':>24}{'per allocation h':>18}{'once per checkpoint h':>23}")
+    ckpts = Counter(m for m, _ in checkpoints)
+    total_once = total_alloc = 0.0
+    for model in sorted(loads):
+        once = ckpts[model] * startup_and_load_h(model)
+        per_alloc = allocations[model] * startup_and_load_h(model)
+        total_once, total_alloc = total_once + once, total_alloc + per_alloc
+        row = f"{model:<16}{loads[model]:>9,}{allocations[model]:>12,}{hours[model]:>11.1f}"
+        print(row + f"{per_job[model]:>24.1f}{per_alloc:>18.2f}{once:>23.2f}")
+    total = sum(hours.values())
+    row = f"{'total':<16}{sum(loads.values()):>9,}{len(group_jobs):>12,}{total:>11.1f}"
+    print(row + f"{sum(per_job.values()):>24.1f}{total_alloc:>18.2f}{total_once:>23.2f}")
+    print_allocations(config, requests)
+
+
+def print_allocations(config: dict, requests: dict[str, tuple[int, int]]) -> None:
+    """Per model: allocations, the largest walltime and memory one asks, and whether all fit the site's limits."""
+    site = Site.from_file(config["site"])
+    limit_mem = f"{site.max_mem_mb:,} MB" if site.max_mem_mb else "no memory limit"
+    where = config["site"] or "default site"
+    print(f"\nAllocations against the site's limits ({where}: {site.max_runtime} min, {limit_mem}):")
+    print(f"{'model':<16}{'allocations':>12}{'largest walltime min':>22}{'largest memory MB':>19}{'fit':>5}")
+    by_model = defaultdict(list)
+    for group, request in requests.items():
+        by_model[model_of_group(group, config["models"])].append(request)
+    for model, rs in sorted(by_model.items()):
+        minutes, mem = max(m for m, _ in rs), max(b for _, b in rs)
+        fits = minutes <= site.max_runtime and (not site.max_mem_mb or mem <= site.max_mem_mb)
+        print(f"{model:<16}{len(rs):>12,}{minutes:>22,}{mem:>19,}{'yes' if fits else 'NO':>5}")
+
+
+def print_disk(path: str | Path, root: Path) -> None:
+    """Print the activation-shard disk of the config at ``path``: per model the bytes per revision, written in
+    total and left at the end, and the peak with 1, 4 and 16 revisions in flight (perf/disk_grid.py)."""
+    config = yaml.safe_load(Path(path).read_text())
+    for spec in config["data"].values():  # the data need not be present to size the grid
+        spec["local_dir"] = str(root)
+    validate_config(config, root / "workflow/schemas/config.schema.yaml", root)
+    tb = 1e12
+    tokens = WIKITEXT2_TEST_TOKENS if config["neurons"]["max_tokens"] is None else config["neurons"]["max_tokens"]
+    tokens -= tokens % config["neurons"]["window"]
+    fig = config["figures"]["figure1"]
+    kept_models = [m for m in (fig["model"] or next(iter(config["models"])), fig["contrast"]) if m]
+    total_before = total_after = kept = 0
+    sizes = []  # bytes of every revision's shards after neurons.layers, except those kept
+    print(f"tokens per revision: {tokens:,}; bytes per value: 2 (float16)")
+    print(f"{'model':<16}{'L':>4}{'d_ff':>7}{'revs':>6}{'per rev (GB)':>14}{'before (TB)':>13}{'after (TB)':>12}")
+    for model, spec in config["models"].items():
+        revisions = [spec["final_revision"], *spec["checkpoints"]]
+        full = shard_bytes(config, model, None)
+        before = full * len(revisions)
+        per_revision = [shard_bytes(config, model, collected_layers(config, model, r)) for r in revisions]
+        after = sum(per_revision)
+        total_before += before
+        total_after += after
+        if model in kept_models:
+            kept += per_revision[0]
+            per_revision = per_revision[1:]
+        sizes += per_revision
+        d_ff = neurons_per_layer_of(config, model)
+        print(
+            f"{model:<16}{spec['num_layers']:>4}{d_ff:>7}{len(revisions):>6}{full / 1e9:>14.1f}"
+            f"{before / tb:>13.2f}{after / tb:>12.2f}"
+        )
+    print(f"total written: before {total_before / tb:.2f} TB, after {total_after / tb:.2f} TB")
+    print(f"left on disk at the end: before {total_before / tb:.2f} TB, after {kept / tb:.3f} TB ({kept_models})")
+    sizes.sort(reverse=True)
+    for jobs in (1, 4, 16):
+        # at most `jobs` revisions hold shards at once (collecting, or waiting for their statistics): the largest
+        print(f"peak after, {jobs:>2} revisions in flight: <= {(kept + sum(sizes[:jobs])) / tb:.2f} TB")

