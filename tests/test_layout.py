@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "wneurons"
 # Lower floors first; a module may import its own subpackage and any lower floor, never a higher or equal one.
-FLOORS = {"store": 0, "core": 1, "experiment": 1, "lm": 2, "report": 3, "jobs": 4, "cli": 5}
+FLOORS = {"store": 0, "core": 1, "experiment": 1, "lm": 2, "report": 3, "jobs": 4, "api": 5, "cli": 5}
 
 
 def _module_name(path: Path) -> str:
