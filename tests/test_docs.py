@@ -131,6 +131,20 @@ FILE = re.compile(r"\.(parquet|json|yaml|md|py|png|tsv|html|log)$")  # neurons.p
 KEYS = sorted({(doc, n, text) for doc, n, text in _mentions() if KEY.match(text) and not FILE.search(text)})
 
 
+def _flow_keys(text: str) -> list[str]:
+    """The dotted keys of a backticked flow mapping (`pos: {model: m, percent: 1}` -> pos.model, pos.percent)."""
+    head, _, body = text.partition(": ")
+    try:
+        mapping = yaml.safe_load("{" + body.strip()[1:-1].replace("|", "_") + "}")
+    except yaml.YAMLError:
+        return [head]
+    return [f"{head}.{k}" for k in mapping] if isinstance(mapping, dict) else [head]
+
+
+FLOW = re.compile(rf"^(?:{'|'.join(SCHEMA['properties'])})(?:\.[A-Za-z0-9_]+)*: \{{.*\}}$", re.DOTALL)
+KEYS += sorted({(doc, n, key) for doc, n, text in _mentions() if FLOW.match(text) for key in _flow_keys(text)})
+
+
 @pytest.mark.parametrize(
     "key", [pytest.param(text, id=f"{doc}:{number}", marks=_expected(doc, text)) for doc, number, text in KEYS]
 )
