@@ -22,10 +22,6 @@ COMMAND = re.compile(r"^(python -m |make |wneurons |snakemake\b)")
 # performance.md): expected to fail until they are fixed there. (doc, text the command or key starts with): reason.
 EXPECTED: dict[tuple[str, str], str] = {
     ("docs/performance.md", "wneurons allocation"): "a log line of the allocation runner quoted as text, not a command",
-    ("README.md", "snakemake --profile profiles/local --resources gpu=1 all"): (
-        "README 'Running the paper's grid': --resources takes several values, so `all` is read as a resource "
-        "(write `all --resources gpu=1`)"
-    ),
 }
 # Profiles the user writes (README: the site profile); the others must exist.
 USER_PROFILES = {"profiles/site"}
