@@ -177,7 +177,9 @@ def test_local_suite_and_hub_revisions_enumerate_the_same_jobs(tmp_path):
     local = {"checkpoint_suite": {"path": str(tmp_path / "suite")}}
     configs = {}
     for kind, source in (("hub", hub), ("suite", local)):
-        config = validate_config({"models": {"m": common | source}, "data": data}, schema, workdir=repo)
+        # groups of 1 layer: the 2-layer model cannot have the default groups of 4 (one group = the whole model)
+        grid = {"ablation": {"layer_groups": {"size": 1}}}
+        config = validate_config({"models": {"m": common | source}, "data": data} | grid, schema, workdir=repo)
         spec = config["models"]["m"]
         if kind == "suite":
             dirs = checkpoints.resolve_checkpoint_suite("m", spec, trained_dir="unused")
