@@ -72,3 +72,16 @@ def build_tiny_model(family: str, seed: int = 0) -> torch.nn.Module:
 def tiny_model():
     """Factory fixture: ``tiny_model(family, seed=0)`` -> a fresh tiny model (see :func:`build_tiny_model`)."""
     return build_tiny_model
+
+
+@pytest.fixture(autouse=True, scope="session")
+def stand_in_gpus_run_on_the_cpu():
+    """The localhost SLURM cluster's GPUs are stand-ins (/dev/null: .ci/slurm/up.sh), so a workflow run through it
+    gives its GPU jobs CUDA_VISIBLE_DEVICES without CUDA; they run on the CPU on purpose (sbatch --export=ALL carries
+    this into the allocations). Outside SLURM no job is given a GPU and the setting changes nothing; the device tests
+    (test_runtime.py) pass their own environments. Session-scoped, so that module-scoped runs (test_hub_workflow's)
+    have it too. (Here and not in tests/workflow/conftest.py: a second conftest module would shadow this one for
+    the tests that import helpers from it.)"""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WNEURONS_DEVICE", "cpu")
+        yield

@@ -52,8 +52,8 @@ def finished_over(logs: list[Path]) -> Counter:
 def run_slurm(root: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     """The tiny project's run through the SLURM profiles, in the background (its output in ``proc.stdout``). The
     CI cluster's GPUs are stand-ins (/dev/null): its jobs run on the CPU, on purpose (WNEURONS_DEVICE=cpu, which
-    sbatch --export=ALL carries into the allocation; without it a GPU job that cannot use CUDA fails; conftest.py
-    sets it for every workflow test)."""
+    sbatch --export=ALL carries into the allocation; without it a GPU job that cannot use CUDA fails; tests/conftest.py
+    sets it for the whole test session)."""
     env = (os.environ if env is None else env) | {"WNEURONS_DEVICE": "cpu"}
     cmd = snakemake_command(root, *PROFILES, *args, threads=False)
     return subprocess.Popen(

@@ -209,7 +209,7 @@ def cosine_drift_job(spec: dict, revisions: list[str], inputs: dict, out_path: s
     cohort = io.read_json(inputs["cohorts"])["cohorts"]["wd_layer"]
     ((layer, neurons),) = cohort["layers"].items()
     kept = _kept(revisions, list(inputs["rows"]), inputs["integrity"])
-    rows = {r: np.load(p, mmap_mode="r") for r, p in kept}
+    rows = {r: io.load_npy(p, mmap_mode="r") for r, p in kept}
     table = dynamics.cosine_drift(rows, np.asarray(neurons, dtype=np.int64))
     io.write_parquet(
         out_path,

@@ -18,6 +18,7 @@ import platform
 import re
 import secrets
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,21 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as indented JSON, atomically. NaN is refused: a NaN score is a bug, not a result."""
     with atomic_output(path, ".json") as tmp:
         tmp.write_text(json.dumps(obj, indent=2, default=_json_default, allow_nan=False) + "\n")
+
+
+# np.load parses an .npy header with ast.literal_eval, and two threads doing that at once failed here on CPython
+# 3.11.7 with "SystemError: AST constructor recursion depth mismatch" (the AST recursion counter, cf.
+# python/cpython#106905; once in a full test run, in the statistics' reader threads). Jobs and reader threads share
+# a process, so every .npy is opened through this lock (a header is a few hundred bytes; reads stay parallel).
+_NPY_HEADERS = threading.Lock()
+
+
+def load_npy(path: str | os.PathLike, mmap_mode: str | None = None) -> Any:
+    """``np.load`` of one .npy file, its header parsed under a process-wide lock (see above)."""
+    import numpy as np
+
+    with _NPY_HEADERS:
+        return np.load(path, mmap_mode=mmap_mode)
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -42,7 +42,7 @@ def save_sample_layer(sample_dir: str | os.PathLike, layer: int, x: np.ndarray, 
 
 def load_sample_layer(sample_dir: str | os.PathLike, layer: int) -> tuple[np.ndarray, np.ndarray]:
     """``(x, y)`` of one layer of a pair sample."""
-    return np.load(Path(sample_dir) / sample_x_file(layer)), np.load(Path(sample_dir) / sample_y_file(layer))
+    return io.load_npy(Path(sample_dir) / sample_x_file(layer)), io.load_npy(Path(sample_dir) / sample_y_file(layer))
 
 
 def read_sample_index(sample_dir: str | os.PathLike) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from wneurons.store.io import read_json
+from wneurons.store.io import load_npy, read_json
 from wneurons.store.shard_io import (
     SHARD_IO_MODES,
     aligned,
@@ -130,7 +130,7 @@ class ShardIndex:
         raise IndexError(f"{self.path}: no shards for layer {layer} (collected layers: {self.layers})")
 
     def _open(self, name: str, shape: tuple[int, ...]) -> np.memmap:
-        arr = np.load(self.path / name, mmap_mode="r")
+        arr = load_npy(self.path / name, mmap_mode="r")
         if arr.shape != shape:
             raise ValueError(f"{self.path / name}: shape {arr.shape}, index.json says {shape}")
         return arr
