@@ -57,6 +57,9 @@ rule pos_tags:
     benchmark:
         paths.benchmark_file("pos_tags", "{model}")
     threads: 1
+    resources:
+        mem_mb=mem_mb,
+        runtime=runtime,
     params:
         pos=pos_tags_params,
     run:
@@ -73,6 +76,9 @@ rule pos_surprisal:
     benchmark:
         paths.benchmark_file("pos_surprisal", "{model}/{revision}")
     threads: 1
+    resources:
+        mem_mb=mem_mb,
+        runtime=runtime,
     params:
         pos=pos_surprisal_params,
     run:
@@ -91,6 +97,9 @@ rule case_study:
     benchmark:
         paths.benchmark_file("case_study", "{model}/{revision}")
     threads: 1
+    resources:
+        mem_mb=mem_mb,
+        runtime=runtime,
     params:
         case=case_study_params,
     run:
@@ -108,6 +117,9 @@ rule layerwise:
     benchmark:
         paths.benchmark_file("layerwise", "{model}/{revision}")
     threads: 1
+    resources:
+        mem_mb=mem_mb,
+        runtime=runtime,
     params:
         layerwise=layerwise_params,
     run:

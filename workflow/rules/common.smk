@@ -253,16 +253,20 @@ def job_mem_mb(rule_name):
 
 
 def mem_mb(wildcards, attempt):
-    """Jobs outside the allocations that load a model (conversion, training a suite, POS tags): weights in fp32
-    plus headroom; grows with each retry."""
-    params_b = MODELS[wildcards.model]["params_b"]
-    return int((3000 + 6000 * params_b) * attempt)
+    """Submitted jobs outside the allocations (conversion, training a suite, the analyses' tables, the explorer):
+    a model's weights in fp32 plus headroom, grown with each retry, never past the site's max_mem_mb.
+    """
+    params_b = MODELS[wildcards.model]["params_b"] if "model" in wildcards.keys() else 0
+    mb = int((3000 + 6000 * params_b) * attempt)
+    return min(mb, SITE.max_mem_mb) if SITE.max_mem_mb else mb
 
 
 def runtime(wildcards, attempt):
-    """Minutes of a job outside the allocations; doubled per retry."""
-    params_b = MODELS[wildcards.model]["params_b"]
-    return int((20 + 15 * params_b) * attempt)
+    """Minutes of a submitted job outside the allocations (a flat bound: these jobs take minutes), grown with each
+    retry, never past the site's max_runtime (a longer request is refused where a site enforces its limits).
+    """
+    params_b = MODELS[wildcards.model]["params_b"] if "model" in wildcards.keys() else 0
+    return min(int((20 + 15 * params_b) * attempt), SITE.max_runtime)
 
 
 def collect_disk_mb(wildcards):

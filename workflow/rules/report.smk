@@ -54,6 +54,9 @@ rule explorer:
         paths.log_file("explorer", "{model}/{revision}"),
     benchmark:
         paths.benchmark_file("explorer", "{model}/{revision}")
+    resources:
+        mem_mb=mem_mb,
+        runtime=runtime,
     params:
         model=model_spec,
         spec=explorer_params,
