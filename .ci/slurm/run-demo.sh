@@ -132,7 +132,7 @@ for rule, flags in sorted(submitted.items()):
     print(f"  {rule}: {len(flags)} sbatch calls, {sum(flags)} with --gpus=1")
 print(f"  SLURM listed {len(allocated)} jobs, {sum(g for _, g in allocated.values())} requesting a gpu")
 groups = [r for r in submitted if r.startswith("gpu-")]
-print(f"  {len(calls)} sbatch calls, {len(groups)} of them group jobs (one allocation per checkpoint)")
+print(f"  {len(calls)} sbatch calls, {len(groups)} of them group jobs (allocations of a checkpoint, sized to the site)")
 most = max(map(len, running.values()), default=0)
 print(f"  at most {most} allocations ran at the same time")
 if most < int(min_concurrent):
