@@ -9,9 +9,9 @@ its CPU members' (an upper bound of Snakemake's widest layer), against the site'
 
 Counts (from `snakemake all -n --forceall --profile <profile>`, every job of the grid):
 - jobs: every job of the DAG; jobs of `localrule`s run on the submitting host and are never submitted.
-- submissions through the profile: one per group job Snakemake forms (the profile's `groups` and
-  `group-components`; the dry run lists each group job with its member jobs indented under it), plus one per
-  other job that is not a local rule's.
+- submissions through the profile: one per group job Snakemake forms (the rules' `group:`, i.e. the allocations of
+  wneurons.experiment.allocations, and the profile's `group-components`; the dry run lists each group job with its
+  member jobs indented under it), plus one per other job that is not a local rule's.
 - model loads: under `profiles/slurm` (the `wneurons-slurm` executor) a group job is one allocation whose jobs run
   in threads of one Snakemake process with the model pool, one GPU job at a time: one load per allocation. With the
   slurm plugin's group jobs (`--executor slurm`: every member an `srun` step, a process of its own) and without
@@ -34,15 +34,8 @@ import argparse
 from pathlib import Path
 
 from wneurons.experiment import plan
-from wneurons.experiment.allocations import tokens_of  # noqa: F401 - read by perf/precision_check.py
-from wneurons.experiment.plan import Job, allocation_requests, model_of_group, print_allocations  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def dry_run(config: str, profiles: list[str], site: str | None = None) -> list[Job]:
-    """Every job of ``all`` with its group job and resources (:func:`wneurons.experiment.plan.dry_run` here)."""
-    return plan.dry_run(config, profiles, site, ROOT)
 
 
 def main() -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -35,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import torch
+
+from wneurons.experiment.allocations import BYTES_PER_PARAM
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -46,7 +47,6 @@ PEAK_TFLOPS = {
     "a100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
 }
 GPU_MEMORY_GB = {"h100": 80, "h200": 141, "a100": 80}
-BYTES_PER_WEIGHT = {"fp32": 4, "tf32": 4, "bf16": 2}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -236,8 +236,8 @@ def gpu_memory_gb(params_b: float, precision: str, vocab: int, batch: int = 64, 
     float32 log-softmax of a ``[batch, length, vocab]`` batch and its logits in the weights' dtype (perplexity caps
     its logits at 2 GiB per batch, which is less at these sizes), plus 10% for the forward's activations and the
     allocator. An estimate, not a measurement."""
-    weights = params_b * 1e9 * BYTES_PER_WEIGHT[precision]
-    logits = batch * length * vocab * (4 + BYTES_PER_WEIGHT[precision])
+    weights = params_b * 1e9 * BYTES_PER_PARAM[precision]
+    logits = batch * length * vocab * (4 + BYTES_PER_PARAM[precision])
     return 1.1 * (weights + logits) / 1e9
 
 
@@ -248,20 +248,19 @@ VOCAB = {"pythia": 50_304, "llama": 128_256, "mistral": 32_768, "qwen3": 151_936
 def cost(args) -> None:
     import yaml
 
-    sys.path.insert(0, str(ROOT / "perf"))
-    import grid_jobs  # perf/grid_jobs.py: its dry run and token counts, the GPU-hours table's own
-
+    from wneurons.experiment.allocations import tokens_of
     from wneurons.experiment.config import validate_config
+    from wneurons.experiment.plan import dry_run  # perf/grid_jobs.py's dry run: the GPU-hours table's own
     from wneurons.experiment.rule_files import rules_with
 
     schema = ROOT / "workflow/schemas/config.schema.yaml"
     config = validate_config(yaml.safe_load((ROOT / args.config).read_text()), schema)
     gpu = rules_with("gpu=1,", ROOT)
     flops: dict[str, float] = defaultdict(float)
-    for job in grid_jobs.dry_run(args.config, [args.profile]):
+    for job in dry_run(args.config, [args.profile], root=ROOT):
         if job.rule in gpu:
             params = config["models"][job.wildcards["model"]]["params_b"] * 1e9
-            flops[job.wildcards["model"]] += 2 * params * grid_jobs.tokens_of(config, job.rule, job.wildcards)
+            flops[job.wildcards["model"]] += 2 * params * tokens_of(config, job.rule, job.wildcards)
     utilisation = dict((k, float(v)) for k, v in (kv.split("=") for kv in args.utilisation.split(",")))
     print(
         f"config {args.config}; forward FLOPs = 2 x parameters x tokens of every GPU job (perf/grid_jobs.py); "

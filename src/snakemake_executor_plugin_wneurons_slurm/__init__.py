@@ -67,29 +67,35 @@ def member_entry(member: JobExecutorInterface) -> tuple[str, list[str], list[str
     return encode_target_jobs_cli_args(member.get_target_spec())[0], outputs, temporary
 
 
-def remove_unfinished_outputs(job: JobExecutorInterface, manifest: Path | None, log) -> list[str]:
-    """Delete the outputs of every member of the failed ``job`` (a group job or a single job) that its allocation
-    did not finish (no record in its ledger: :mod:`wneurons.jobs.ledger`), and return them.
+def members_of(job: JobExecutorInterface) -> list[JobExecutorInterface]:
+    """The jobs an allocation runs: a group job's members, or the job itself."""
+    return list(job.jobs) if job.is_group() else [job]
+
+
+def unfinished(job: JobExecutorInterface, manifest: Path) -> list[tuple[str, list[str], list[str]]]:
+    """The manifest entries (:func:`member_entry`) of the members of ``job`` without a record in the ledger."""
+    entries = map(member_entry, members_of(job))
+    return [(t, outputs, tmp) for t, outputs, tmp in entries if not ledger.finished(outputs, manifest, tmp)]
+
+
+def remove_outputs(entries: list[tuple[str, list[str], list[str]]], log, jobid) -> list[str]:
+    """Delete the outputs of the unfinished members ``entries`` of the failed job ``jobid``, and return them.
 
     Why: when an allocation fails or is cancelled, core Snakemake deletes the outputs of EVERY member of the group
     (each "might be corrupted"), finished conditions included, unless ``keep-incomplete`` is set, and with it
     deletes nothing. profiles/slurm sets ``keep-incomplete`` and this executor deletes what core Snakemake would
     delete for each unfinished job on its own, so the retry (or a later run) redoes exactly those."""
     removed = []
-    for member in job.jobs if job.is_group() else [job]:
-        _, outputs, temporary = member_entry(member)
-        if manifest is not None and ledger.finished(outputs, manifest, temporary):
+    for f in (Path(o) for _, outputs, _ in entries for o in outputs):
+        if f.is_dir() and not f.is_symlink():
+            shutil.rmtree(f)
+        elif f.exists() or f.is_symlink():
+            f.unlink()
+        else:
             continue
-        for f in map(Path, outputs):
-            if f.is_dir() and not f.is_symlink():
-                shutil.rmtree(f)
-            elif f.exists() or f.is_symlink():
-                f.unlink()
-            else:
-                continue
-            removed.append(str(f))
+        removed.append(str(f))
     if removed:
-        log.info(f"Removing output files of the unfinished jobs of failed job {job.jobid}: {', '.join(removed)}")
+        log.info(f"Removing output files of the unfinished jobs of failed job {jobid}: {', '.join(removed)}")
     return removed
 
 
@@ -164,16 +170,15 @@ class Executor(SlurmExecutor):
             )
 
     def report_job_error(self, job_info, msg=None, **kwargs) -> None:
-        job, manifest = job_info.job, self.manifest_of(job_info.job)
-        members = job.jobs if job.is_group() else [job]
-        done = sum(ledger.finished(outs, manifest, temporary) for _, outs, temporary in map(member_entry, members))
+        job = job_info.job
+        left, total = unfinished(job, self.manifest_of(job)), len(members_of(job))
         # One line with the checkpoint, the cause and what is kept: Snakemake's own error lists every member.
         cause = (msg or "failed").splitlines()[0]
         self.logger.warning(
             f"wneurons-slurm: allocation {job.name} (SLURM job {job_info.external_jobid}): {cause} "
-            f"{done} of {len(members)} members finished and are kept; a retry runs the other {len(members) - done}"
+            f"{total - len(left)} of {total} members finished and are kept; a retry runs the other {len(left)}"
         )
-        remove_unfinished_outputs(job, manifest, self.logger)
+        remove_outputs(left, self.logger, job.jobid)
         super().report_job_error(job_info, msg, **kwargs)
 
     def manifest_of(self, job: JobExecutorInterface) -> Path:
@@ -191,8 +196,7 @@ class Executor(SlurmExecutor):
         with their rules only, ...) with the allocation's cores, its GPUs as the ``gpu`` resource, and threads.
         Writes the allocation's manifest (:mod:`wneurons.jobs.ledger`), which the allocation reads to skip members
         an earlier attempt finished."""
-        members = job.jobs if job.is_group() else [job]
-        ledger.write_manifest(self.manifest_of(job), [member_entry(m) for m in members])
+        ledger.write_manifest(self.manifest_of(job), [member_entry(m) for m in members_of(job)])
         args = super().get_job_args(job, **kwargs)
         extra = [
             # The allocation's CPUs (sbatch --cpus-per-task = the job's threads), not the node's: a later --cores

@@ -141,3 +141,21 @@ def test_gpu_jobs_are_submitted_in_allocations_of_their_checkpoint(tmp_path):
 
 
 LOCAL_RULES = rules_with("localrule: True", ROOT)
+
+
+def test_a_job_longer_than_the_site_allows_stops_the_plan_in_one_line(tmp_path):
+    """A site whose walltime limit one job alone exceeds: the dry run through profiles/slurm stops while the DAG is
+    built, in one line naming the job and the limit, with no traceback and nothing submitted."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny_project import make_tiny_project, snakemake
+
+    make_tiny_project(tmp_path)
+    site = tmp_path / "site.yaml"
+    site.write_text("max_runtime: 5\ntflops: 0.000001\n")  # a GPU 10^5 times slower than the CI's CPU
+    proc = snakemake(tmp_path, "all", "-n", "--profile", str(BASE), "--config", f"site={site}", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out
+    last = [line for line in out.splitlines() if line.strip()][-1]
+    assert re.match(r"site: \w+ tiny-llama/main\S* needs \d+ minutes, more than the site's max_runtime 5 ", last), last

@@ -206,17 +206,10 @@ def of_config(function):
 # ---------------------------------------------------------------- resources and allocations (cluster facts: site)
 # The site's limits and GPU placement: the file `site` of the config (the user's site profile sets it,
 # profiles/site.example), else the defaults of wneurons.experiment.allocations.Site.
-def site_file():
-    """``site`` of the config: relative to the working directory, else to the repository (a profile's path)."""
-    path = config["site"]
-    if path and not os.path.isabs(path) and not os.path.exists(path):
-        in_repository = Path(workflow.basedir) / path
-        return str(in_repository) if in_repository.exists() else path
-    return path
-
-
 try:
-    SITE = allocations.Site.from_file(site_file())
+    SITE = allocations.Site.from_file(
+        allocations.site_path(config["site"], workflow.basedir)
+    )
 except ValueError as err:
     sys.exit(str(err))
 PLANNER = allocations.Planner(config, SITE)
@@ -227,11 +220,20 @@ ALLOCATION_GROUPS = "gpu-allocation"
 GPU_SITE = SITE.gpu_resources()
 
 
+def planned(ask, rule_name, wildcards):
+    """``PLANNER.<ask>`` of one job; a job longer than the site allows stops the run in one line (no traceback),
+    before anything is submitted: the plan is made while the DAG is built."""
+    try:
+        return getattr(PLANNER, ask)(rule_name, dict(wildcards.items()))
+    except allocations.AllocationTooLong as err:
+        sys.exit(f"site: {err}")
+
+
 def allocation(rule_name):
     """The group of a job of ``rule_name``: its checkpoint's allocation (wneurons.experiment.allocations)."""
 
     def group(wildcards):
-        name = PLANNER.group(rule_name, dict(wildcards.items()))
+        name = planned("group", rule_name, wildcards)
         workflow.parent_groupids[name] = ALLOCATION_GROUPS
         return name
 
@@ -241,7 +243,7 @@ def allocation(rule_name):
 def job_runtime(rule_name):
     """Walltime minutes of a job of ``rule_name`` from its work; not scaled by attempt: a retry runs only the
     members its allocation did not finish, so the same request has less to do."""
-    return lambda wildcards: PLANNER.minutes(rule_name, dict(wildcards.items()))
+    return lambda wildcards: planned("minutes", rule_name, wildcards)
 
 
 def job_mem_mb(rule_name):

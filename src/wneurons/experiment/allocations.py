@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from wneurons.experiment import targets
 from wneurons.experiment.grid import (
     CAPABILITY,
     WIKITEXT2_TEST_TOKENS,
@@ -27,6 +28,7 @@ from wneurons.experiment.grid import (
     collected_layers,
     conditions_for,
     conditions_scored,
+    precision_name,
     shard_bytes,
 )
 
@@ -39,17 +41,6 @@ WIKITEXT2_VALID_TOKENS = 245_000
 # bound) and the documents of a task without a limit.
 CAPABILITY_TOKENS_PER_DOC, CAPABILITY_DOCS_PER_TASK = 600, 10_000
 
-# The rules whose jobs run a model or its weights, i.e. the members of a checkpoint's allocations, in the order
-# their jobs are packed (a job never comes before one it reads).
-ALLOCATED_RULES = (
-    "collect_activations",
-    "neuron_stats",
-    "weight_rows",
-    "pair_sample",
-    "score_clean",
-    "score_ablation",
-    "matched_search",
-)
 # Members that use no GPU: they run beside the GPU jobs of their allocation.
 CPU_MEMBERS = ("neuron_stats", "weight_rows")
 
@@ -95,24 +86,20 @@ def tokens_of(config: dict, rule: str, wildcards: dict) -> float:
 # inference of short sequences (~40% of dense peak: fp32 67, tf32 495, bf16 990 TFLOP/s on an H100 SXM), lowered
 # for the A100's 19.5 / 156 / 312. The site's `tflops` replaces them (profiles/site.example).
 SUSTAINED_TFLOPS = {"fp32": 20.0, "tf32": 100.0, "bf16": 200.0}
-# Spellings of a precision in the config (the dtype keys) -> the keys above.
-PRECISIONS = {"fp32": "fp32", "float32": "fp32", "tf32": "tf32", "bf16": "bf16", "bfloat16": "bf16"}
-PRECISIONS |= {"float16": "bf16", "fp16": "bf16"}
-BYTES_PER_PARAM = {"fp32": 4, "tf32": 4, "bf16": 2}
-# What a job pays before its first forward pass: imports and the job's setup (seconds), then its weights from a
-# parallel file system (GB/s). Paid once per allocation in practice (the model pool); counted per job, an upper bound.
+SUSTAINED_TFLOPS["fp16"] = SUSTAINED_TFLOPS["bf16"]  # the same tensor-core rate
+BYTES_PER_PARAM = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+# What an allocation pays before its first forward pass: imports and the job's setup (seconds), then its weights
+# from a parallel file system (GB/s); carried by the first job of each allocation (:func:`pack`).
 STARTUP_S, LOAD_GBPS = 60.0, 1.0
 # Neuron statistics (CPU, the allocation's threads): bytes of shards read and sorted per second; the weight rows:
-# bytes of a checkpoint's weight files read per second. Measured on the demo (2 cores): statistics ~60 MB/s.
+# bytes of a checkpoint's weight files read per second. Stated assumptions, low on purpose: the demo's SmolLM2
+# statistics read 1.6 GB of shards in 6.3 s on 2 cores (its benchmark table), ~250 MB/s.
 STATS_BYTES_PER_S, WEIGHT_READ_BYTES_PER_S = 30e6, 200e6
 
 
 def precision_of(config: dict, rule: str) -> str:
     """The precision a rule's jobs run at: collection at ``neurons.dtype``, everything else ``evaluation.dtype``."""
-    dtype = config["neurons" if rule == "collect_activations" else "evaluation"]["dtype"]
-    if dtype not in PRECISIONS:
-        raise ValueError(f"unknown precision {dtype!r}; one of {sorted(PRECISIONS)}")
-    return PRECISIONS[dtype]
+    return precision_name(config["neurons" if rule == "collect_activations" else "evaluation"]["dtype"])
 
 
 SITE_GPU_RESOURCES = {"gpu_partition": "slurm_partition", "gpu_qos": "qos", "gpu_constraint": "constraint"}
@@ -179,6 +166,15 @@ class Site:
         return {r: getattr(self, s) for s, r in SITE_GPU_RESOURCES.items() if getattr(self, s)}
 
 
+def site_path(path: str | None, repository: str | Path) -> str | None:
+    """A site file named by the config or a profile: relative to the working directory, else to the repository (a
+    profile's path, e.g. ``profiles/slurm-ci/site.yaml``, from a run in another directory)."""
+    if path and not Path(path).is_absolute() and not Path(path).exists():
+        in_repository = Path(repository) / path
+        return str(in_repository) if in_repository.exists() else path
+    return path
+
+
 def load_minutes(params_b: float, precision: str) -> float:
     return (STARTUP_S + params_b * BYTES_PER_PARAM[precision] / LOAD_GBPS) / 60
 
@@ -236,14 +232,14 @@ def checkpoint_jobs(config: dict, model: str, revision: str) -> list[tuple[str, 
     matched searches (which read the clean and the wasserstein perplexity), then the matched ablations."""
     spec = config["models"][model]
     base = {"model": model, "revision": revision}
+    scored = revision in (spec["final_revision"], *spec["checkpoints"])  # collected and scored; else weight rows only
     jobs: list[tuple[str, dict]] = []
-    if revision in (spec["final_revision"], *spec["checkpoints"]):
+    if scored:
         jobs += [("collect_activations", base), ("neuron_stats", base)]
     if revision in spec["weight_checkpoints"]:
         jobs.append(("weight_rows", base))
     if _pair_sampled(config, model, revision):
         jobs.append(("pair_sample", base))
-    scored = revision in (spec["final_revision"], *spec["checkpoints"])
     benchmarks = benchmarks_at(config, model, revision) if scored else []
     jobs += [("score_clean", base | {"benchmark": b}) for b in benchmarks]
 
@@ -267,8 +263,6 @@ def _pair_sampled(config: dict, model: str, revision: str) -> bool:
     models, every revision of the models whose pair signs are followed. Not when the sample is read from the kept
     test shards (pairs.source: test_shards): those are written by a local job after collection, and an allocation
     may not be left and re-entered, so the sample is an allocation of its own (:meth:`Planner.group`)."""
-    from wneurons.experiment import targets  # targets imports grid, as this module does
-
     if config["pairs"]["source"] == "test_shards":
         return False
     final = revision == config["models"][model]["final_revision"]

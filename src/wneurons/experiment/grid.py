@@ -21,6 +21,20 @@ BENCHMARK_DATASETS = {"blimp": "blimp", "tse": "tse", "ppl": "wikitext2"}
 DATASETS = tuple(dict.fromkeys(BENCHMARK_DATASETS.values()))
 
 
+# The precisions a stage runs its model at (config ``neurons.dtype``, ``evaluation.dtype``; what each means:
+# wneurons.lm.models.PRECISIONS) and the spellings configs used before precisions had names (torch's dtype names).
+PRECISION_NAMES = ("fp32", "tf32", "bf16", "fp16")
+PRECISION_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def precision_name(spelling: str) -> str:
+    """The precision a config spelling means ("float32" -> "fp32"); ValueError naming the valid ones otherwise."""
+    name = PRECISION_ALIASES.get(spelling, spelling)
+    if name not in PRECISION_NAMES:
+        raise ValueError(f"dtype {spelling!r} is not one of {', '.join([*PRECISION_NAMES, *PRECISION_ALIASES])}")
+    return name
+
+
 class Condition(NamedTuple):
     """One ablation condition: which neurons (selector, percent per layer, trial) in which layers (scope)."""
 

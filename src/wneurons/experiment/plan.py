@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import yaml
 
-from wneurons.experiment.allocations import CPU_MEMBERS, Site, tokens_of
+from wneurons.experiment.allocations import CPU_MEMBERS, Site, site_path, tokens_of
 from wneurons.experiment.config import validate_config
 from wneurons.experiment.grid import WIKITEXT2_TEST_TOKENS, collected_layers, neurons_per_layer_of, shard_bytes
 from wneurons.experiment.rule_files import rules_with
@@ -78,8 +78,7 @@ def print_grid(args: argparse.Namespace, root: Path) -> None:
     config, profile (a list), site, tflops, load_gbps, startup_s; perf/grid_jobs.py's options), dry-run in ``root``."""
     schema = root / "workflow/schemas/config.schema.yaml"
     config = validate_config(yaml.safe_load((root / args.config).read_text()), schema, root)
-    if args.site:
-        config["site"] = args.site
+    config["site"] = site_of(config, args.profile, args.site, root)
     parsed = dry_run(args.config, args.profile, args.site, root)
     jobs = [(j.rule, j.group is not None, j.wildcards) for j in parsed]
     requests = allocation_requests(parsed)
@@ -133,12 +132,25 @@ def print_grid(args: argparse.Namespace, root: Path) -> None:
     total = sum(hours.values())
     row = f"{'total':<16}{sum(loads.values()):>9,}{len(group_jobs):>12,}{total:>11.1f}"
     print(row + f"{sum(per_job.values()):>24.1f}{total_alloc:>18.2f}{total_once:>23.2f}")
-    print_allocations(config, requests)
+    print_allocations(config, requests, root)
 
 
-def print_allocations(config: dict, requests: dict[str, tuple[int, int]]) -> None:
+def site_of(config: dict, profiles: list[str], site: str | None, root: Path) -> str | None:
+    """The site file a dry run through ``profiles`` plans with: ``site`` if given (``--site``), else the last
+    ``site=`` of the profiles' ``config`` lists (a later profile wins, as in Snakemake), else the config's."""
+    if site:
+        return site
+    for profile in reversed(profiles):
+        settings = yaml.safe_load((root / profile / "config.yaml").read_text()) or {}
+        named = [c.split("=", 1)[1] for c in settings.get("config") or [] if c.startswith("site=")]
+        if named:
+            return named[-1]
+    return config["site"]
+
+
+def print_allocations(config: dict, requests: dict[str, tuple[int, int]], root: Path) -> None:
     """Per model: allocations, the largest walltime and memory one asks, and whether all fit the site's limits."""
-    site = Site.from_file(config["site"])
+    site = Site.from_file(site_path(config["site"], root))
     limit_mem = f"{site.max_mem_mb:,} MB" if site.max_mem_mb else "no memory limit"
     where = config["site"] or "default site"
     print(f"\nAllocations against the site's limits ({where}: {site.max_runtime} min, {limit_mem}):")

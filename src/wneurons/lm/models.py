@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from wneurons.experiment.grid import PRECISION_ALIASES
 from wneurons.lm.registry import UnsupportedFamilyError, family_spec
 from wneurons.store.data import SOURCE_FILE
 from wneurons.store.io import atomic_directory, provenance, sha256_file, write_json
@@ -90,8 +91,6 @@ PRECISIONS: dict[str, Precision] = {
     "bf16": Precision("bf16", torch.bfloat16, tf32=False),
     "fp16": Precision("fp16", torch.float16, tf32=False),  # kept for old configs; overflow-prone, not advised
 }
-# The spellings configs used before precisions had names (torch's dtype names): each means the same precision.
-PRECISION_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # Every accepted spelling -> its weights' torch dtype (``load_model``'s ``dtype``).
 DTYPES: dict[str, torch.dtype] = {name: p.weights for name, p in PRECISIONS.items()} | {
     alias: PRECISIONS[name].weights for alias, name in PRECISION_ALIASES.items()
