@@ -288,30 +288,144 @@ def test_a_failed_shard_write_surfaces_and_leaves_nothing(tiny_model, tmp_path, 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-def test_device_and_cpu_block_paths_write_the_same_bytes(tmp_path, dtype):
-    # The accelerator path (transposed by the device) cannot run here; with the decision forced, both paths must
-    # put the same neuron-major bytes into the file, through the page cache and with O_DIRECT.
-    from wneurons.lm import activations
-    from wneurons.store import shard_io
+def _reference_shard_bytes(model, ids, window, ranges, dtype, bos, md_positions) -> list[tuple[bytes, bytes]]:
+    """Per layer, the bytes a shard directory's y and x arrays must hold, straight from the definition: the trunk
+    run over the windows in the batches ``ranges`` (as the collector feeds them, so float32 sums round alike),
+    every projection's output cast to ``dtype`` and laid out [n_windows, K, window], its float32 inputs at
+    ``md_positions``; with ``bos`` each window is fed after it and its outputs are left out."""
+    modules = registry.preactivation_modules(model)
+    outs, ins = [[] for _ in modules], [[] for _ in modules]
 
-    y = torch.randn(2 * 256, 32)  # 256 tokens x 32 neurons: 16 or 32 KiB per window, aligned for O_DIRECT
-    files = []
-    for on_device, direct in itertools.product((True, False), (False, True)):
-        block, transposed = activations._host_block(y, 256, dtype, on_device=on_device)
-        assert transposed == on_device and not np.shares_memory(block, y.numpy())
-        path = tmp_path / f"{on_device}-{direct}.bin"
-        path.touch()
-        fd = shard_io.open_direct(path, os.O_WRONLY) if direct else os.open(path, os.O_WRONLY)
-        assert fd is not None, f"no O_DIRECT on {tmp_path}"
-        staging = shard_io.aligned_empty((block.nbytes + 4096,), np.uint8) if direct else None
-        shards.write_block(fd, block, transposed, 4096, staging)
-        os.close(fd)
-        files.append(path.read_bytes())
-    data = [contents[4096:] for contents in files]
-    assert data[0] == data[1] == data[2] == data[3]
-    expected = y.to(dtype).reshape(2, 256, 32).transpose(1, 2).numpy()
-    assert data[0] == np.ascontiguousarray(expected).tobytes()
+    def record(layer):
+        def hook(module, args, out):  # OPT's projections see [tokens, d]: every layer's is flattened alike
+            outs[layer].append(out.reshape(-1, out.shape[-1]).clone())
+            ins[layer].append(args[0].reshape(-1, args[0].shape[-1]).clone())
+
+        return hook
+
+    n_windows = ranges[-1][1]
+    windows = torch.tensor(ids[: n_windows * window]).reshape(n_windows, window)
+    handles = [m.register_forward_hook(record(i)) for i, m in enumerate(modules)]
+    try:
+        with torch.inference_mode():
+            for lo, hi in ranges:
+                batch = windows[lo:hi]
+                if bos is not None:
+                    batch = torch.cat([torch.full((hi - lo, 1), bos), batch], dim=1)
+                model.base_model(input_ids=batch, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    expected = []
+    skip = 0 if bos is None else 1
+    for y, x in zip(outs, ins, strict=True):
+        y = torch.cat(y).reshape(n_windows, window + skip, -1)[:, skip:]
+        x = torch.cat(x).reshape(n_windows, window + skip, -1)[:, skip:]
+        blocks = y.to(dtype).transpose(1, 2).contiguous().numpy()
+        expected.append((blocks.tobytes(), x.reshape(-1, x.shape[-1])[md_positions].float().numpy().tobytes()))
+    return expected
+
+
+def _shard_bytes(out) -> list[tuple[bytes, bytes]]:
+    index = ShardIndex.load(out)
+    return [
+        (np.load(out / shards.y_file(i)).tobytes(), np.load(out / shards.x_file(i)).tobytes()) for i in index.layers
+    ]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "gpt_neox"])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_host_and_device_paths_write_the_definitions_bytes(tiny_model, tmp_path, monkeypatch, family, dtype):
+    # Both ways a batch reaches the files: checked and queued per layer (the CPU), and made neuron-major where the
+    # model runs, copied into the batch's buffers and checked once per batch (an accelerator: forced here, with
+    # plain copies). Batches of 3 of 14 windows: the buffer sets are reused, the last batch is smaller. Window 64 x
+    # 96 neurons is aligned, so "auto" writes with O_DIRECT; "buffered" through the page cache.
+    from wneurons.lm import activations
+
+    model, tok, window, batch = tiny_model(family), CharTokenizer(), 64, 3
+    bos = 1 if family in ("llama", "gpt_neox") else None
+    ids = tok(TEXT * 2, add_special_tokens=False)["input_ids"]
+    n_windows = len(ids) // window
+    ranges = [(lo, min(lo + batch, n_windows)) for lo in range(0, n_windows, batch)]
+    written = {}
+    for on_device, io in itertools.product((False, True), ("auto", "buffered")):
+        monkeypatch.setattr(activations, "_transposes_on_device", lambda device, on=on_device: on)
+        out = tmp_path / f"{on_device}-{io}"
+        meta = collect_activation_shards(
+            model, tok, TEXT * 2, out, window=window, batch_size=batch, md_tokens=50, seed=1, dtype=dtype, io=io,
+            window_bos=bos is not None,
+        )  # fmt: skip
+        assert meta["io"] == ("direct" if io == "auto" else "buffered")
+        itemsize = np.dtype(dtype).itemsize
+        assert meta["host_buffer_bytes"] == 2 * batch * window * 3 * 96 * itemsize  # two batches of every layer
+        written[on_device, io] = _shard_bytes(out)
+        if (on_device, io) == (False, "auto"):
+            md_positions = ShardIndex.load(out).md_positions
+            expected = _reference_shard_bytes(model, ids, window, ranges, getattr(torch, dtype), bos, md_positions)
+    for key, layers in written.items():
+        assert layers == expected, key
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_a_buffer_set_is_refilled_only_after_the_writer_is_past_it(tiny_model, tmp_path, monkeypatch, on_device):
+    # A writer thread much slower than the forward: the collector must wait for a buffer set to be written before
+    # a later batch fills it again (with one window per batch, every set is reused six times).
+    import time
+
+    from wneurons.lm import activations
+
+    real_write_y = shards.ShardFiles.write_y
+
+    def slow_write_y(self, *args):
+        time.sleep(0.01)
+        real_write_y(self, *args)
+
+    monkeypatch.setattr(shards.ShardFiles, "write_y", slow_write_y)
+    monkeypatch.setattr(activations, "_transposes_on_device", lambda device: on_device)
+    model, tok = tiny_model("llama"), CharTokenizer()
+    meta = collect_activation_shards(model, tok, TEXT, tmp_path / "s", window=WINDOW, md_tokens=40, dtype="float16")
+    ids = tok(TEXT, add_special_tokens=False)["input_ids"]
+    ranges = [(w, w + 1) for w in range(meta["n_windows"])]
+    expected = _reference_shard_bytes(model, ids, WINDOW, ranges, torch.float16, None, np.array(meta["md_positions"]))
+    assert meta["n_windows"] >= 12 and _shard_bytes(tmp_path / "s") == expected
+
+
+def test_a_batch_retried_after_a_cuda_oom_keeps_its_buffer_set(tiny_model, tmp_path, monkeypatch):
+    # On the accelerator path (forced) a CUDA OOM in the middle of the second batch's forward: the range is run
+    # again at half the batch with the buffer set the failed attempt took (taking it a second time would wait
+    # forever), and the shards hold the values of the batches that succeeded.
+    import threading
+
+    from wneurons.lm import activations
+
+    monkeypatch.setattr(activations, "_transposes_on_device", lambda device: True)
+    model, tok = tiny_model("llama"), CharTokenizer()
+    failed = []
+
+    def oom_once(module, args, out):
+        if out.shape[0] == 4 and len(failed) < 2:
+            failed.append(1)  # the first batch passes, the second fails once
+            if len(failed) == 2:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected by the test)")
+
+    handle = registry.preactivation_modules(model)[1].register_forward_hook(oom_once)
+    result = {}
+
+    def collect():
+        kwargs = dict(window=WINDOW, batch_size=4, md_tokens=40, dtype="float32")
+        result["meta"] = collect_activation_shards(model, tok, TEXT, tmp_path / "s", **kwargs)
+
+    thread = threading.Thread(target=collect, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    handle.remove()
+    assert not thread.is_alive(), "the retried batch waited for its own buffer set"
+    meta = result["meta"]
+    n = meta["n_windows"]
+    ranges = [(0, 4), *[(lo, min(lo + 2, n)) for lo in range(4, n, 2)]]
+    ids = tok(TEXT, add_special_tokens=False)["input_ids"]
+    expected = _reference_shard_bytes(model, ids, WINDOW, ranges, torch.float32, None, np.array(meta["md_positions"]))
+    assert len(failed) == 2 and _shard_bytes(tmp_path / "s") == expected
 
 
 def test_direct_and_buffered_shards_hold_the_same_values(tiny_model, tmp_path, monkeypatch):

@@ -40,23 +40,60 @@ __all__ = ["collect_activation_shards", "collect_projection_rows"]
 _TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32}  # the torch side of store.shards.SHARD_DTYPES
 
 
-def _host_block(y: torch.Tensor, window: int, dtype: torch.dtype, *, on_device: bool) -> tuple[np.ndarray, bool]:
-    """One batch of one layer's outputs [tokens, K] as a host array in the shard dtype, and whether it is already
-    neuron-major ([windows, K, window]) or still token-major ([windows, window, K], for the writer to transpose).
+def _transposes_on_device(device: torch.device) -> bool:
+    """Whether a batch's blocks are made neuron-major where the model runs and checked once per batch (an
+    accelerator: the transpose costs nothing there, and a check read back per layer would stall it), or converted
+    by the hook, checked at once and transposed by the writer thread (the CPU, where nothing waits for a check)."""
+    return device.type != "cpu"
 
-    On an accelerator the transpose costs nothing, so the host gets the finished block. On the CPU the hook only
-    converts, into an array of its own (copy=True: a float32 shard must not alias the model's output, which later
-    in-place ops could change), and the writer thread transposes.
-    """
-    k = y.shape[-1]
-    if on_device:
-        return y.reshape(-1, window, k).to(dtype).transpose(1, 2).contiguous().cpu().numpy(), True
-    return y.to(dtype, copy=True).cpu().numpy().reshape(-1, window, k), False
+
+class _Transfer:
+    """Copies of a batch's blocks from the model's device into host buffers, and the one wait for them.
+
+    On a CUDA device the copies run on a side stream (after the forward's work so far, so they overlap the next
+    layers' compute) into pinned memory with ``non_blocking=True``; :meth:`wait` is the batch's only host sync.
+    Elsewhere (the CPU, or another device) a copy is a plain ``copy_`` and :meth:`wait` has nothing to wait for."""
+
+    def __init__(self, device: torch.device):
+        self.pinned = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if self.pinned else None
+
+    def empty(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(numel, dtype=dtype, pin_memory=self.pinned)
+
+    def to_device(self, host: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """``host`` on ``device``; from pinned memory and without a host sync on a CUDA device."""
+        return host.pin_memory().to(device, non_blocking=True) if self.pinned else host.to(device)
+
+    def copy(self, host: torch.Tensor, source: torch.Tensor) -> None:
+        """``host[...] = source`` (cast to ``host``'s dtype), asynchronously on a CUDA device."""
+        if self.stream is None:
+            host.copy_(source)
+            return
+        source = source.contiguous()
+        self.stream.wait_stream(torch.cuda.current_stream(source.device))
+        with torch.cuda.stream(self.stream):
+            host.copy_(source, non_blocking=True)
+        source.record_stream(self.stream)  # the allocator must not hand its memory out before the copy is done
+
+    def wait(self) -> None:
+        if self.stream is not None:
+            self.stream.synchronize()
 
 
 class _ShardWriter:
     """Forward hooks (:meth:`hooks`) that stream each layer's projection output into its shard as the batches go
-    by; the files are :class:`wneurons.store.shards.ShardFiles`, written on a writer thread."""
+    by; the files are :class:`wneurons.store.shards.ShardFiles`, written on a writer thread.
+
+    A batch is :meth:`begin_batch`, the hooks (:meth:`stage`, one per layer), :meth:`finish_batch`. Each layer's
+    block is cast to the shard dtype where the model runs and copied into a host buffer of its own. There are two
+    sets of these buffers, each one batch of every layer, reused batch after batch: the writer thread writes one
+    set while the next batch fills the other, and hands a set back once all of it is in the files, so host memory
+    is two batches of every layer whatever N. On an accelerator (:func:`_transposes_on_device`) the blocks are made
+    neuron-major there, copied asynchronously (:class:`_Transfer`), and every layer's NaN / range check comes back
+    with them: one host sync per batch. On the CPU each layer is checked and queued as soon as its hook has run
+    (there is nothing to wait for), and the writer thread transposes.
+    """
 
     def __init__(
         self,
@@ -70,6 +107,7 @@ class _ShardWriter:
         io: str = "auto",
         skip_first: bool = False,
         layer_ids: list[int] | None = None,
+        device: torch.device | None = None,
     ):
         self.directory = directory
         # Hooks, files and counters are indexed by position in ``modules``; files are named by model layer.
@@ -86,18 +124,33 @@ class _ShardWriter:
         self.files = ShardFiles(
             directory, self.layer_ids, self.shapes, n_tokens // window, window, len(md_positions), dtype, io
         )
+        self.device = torch.device("cpu") if device is None else device
+        self.on_device = _transposes_on_device(self.device)
+        self.transfer = _Transfer(self.device)
         self.offset = 0
-        self.write_seconds = 0.0  # time spent in the hooks, reported in index.json
+        self.write_seconds = 0.0  # time spent in the hooks and at the ends of batches, reported in index.json
         # Blocks are transposed and written by a writer thread: the forward pass leaves a core partly idle
         # (measured: 1.8 of 2 cores busy), and a write waits for the device (O_DIRECT) or for the kernel's
-        # page-cache work (buffered). At most one batch waits in the queue: a y block and the MD input rows of
-        # each layer.
+        # page-cache work (buffered). The queue needs no bound: what it holds lives in the two buffer sets.
         self.pwrite_seconds = 0.0
-        self._queue: queue.Queue = queue.Queue(maxsize=2 * len(modules))
+        self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
+        self._buffers: list[list[torch.Tensor | None]] = [[None] * len(modules) for _ in range(2)]
+        self._free = [threading.Semaphore(), threading.Semaphore()]  # a set is free once the writer is past it
+        self._set: int | None = None  # the set the batch in progress fills
+        self._batches = 0
+        self._stop = 0
+        self._staged: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None] = []
+        self._md_rows = np.zeros(0, dtype=np.int64)
+        self._md_index: torch.Tensor | None = None
         self._thread = threading.Thread(target=self._drain, name="shard-writer", daemon=True)
         self._thread.start()
         self.calls = np.zeros(len(modules), dtype=np.int64)
+
+    @property
+    def host_buffer_bytes(self) -> int:
+        """Bytes of the host buffers the blocks go through (both sets)."""
+        return sum(b.numel() * b.element_size() for buffers in self._buffers for b in buffers if b is not None)
 
     def hooks(self) -> dict[int, Any]:
         """The forward hook of each module position, for :func:`wneurons.lm.hooks.preactivation_hooks`."""
@@ -107,22 +160,85 @@ class _ShardWriter:
         last = layer == len(self.shapes) - 1
 
         def hook(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
-            self.write(layer, args[0], output)
+            self.stage(layer, args[0], output)
             if last:  # skip the rest of the last layer and the final norm (~1.5% of SmolLM2's trunk)
                 raise StopForward
 
         return hook
 
-    def write(self, layer: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    def begin_batch(self, first: int, stop: int) -> None:
+        """Windows ``first..stop-1`` come next: take a free buffer set (waiting for the writer to be past it) and
+        send the batch's MD positions to the device once."""
+        self._raise_write_error()
+        if self._set is None:  # a range retried after a CUDA OOM keeps the set its failed attempt took
+            self._set = self._batches % 2
+            self._free[self._set].acquire()
+        self.offset, self._stop = first * self.window, stop
+        rows = self.md_row[self.offset : stop * self.window]
+        picked = np.flatnonzero(rows >= 0)
+        self._md_rows = rows[picked]
+        fed = picked + (picked // self.window + 1) if self.skip_first else picked  # past each window's BOS
+        self._md_index = self.transfer.to_device(torch.from_numpy(fed), self.device) if picked.size else None
+        self._staged = [None] * len(self.shapes)
+
+    def stage(self, layer: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        """A layer's hook: its block, its range and its MD inputs into the batch's buffers (checked and queued
+        now on the CPU, at :meth:`finish_batch` on an accelerator)."""
         start = time.perf_counter()
         k, d_in = self.shapes[layer]
         y = y.detach()
         if self.skip_first:
             y = y.reshape(-1, self.window + 1, k)[:, 1:]
-        y = y.reshape(-1, k)
-        n = y.shape[0]
+        y = y.reshape(-1, self.window, k)
         # One pass finds both ends: NaN propagates into them and an inf is one of them.
-        low, high = (float(v) for v in torch.aminmax(y))
+        bounds = torch.stack(torch.aminmax(y))
+        host = self._host(layer, y.numel())
+        if self.on_device:
+            block = host.view(-1, k, self.window)
+            self.transfer.copy(block, y.to(self.torch_dtype).transpose(1, 2))
+        else:  # cast into the buffer: a float32 shard must not alias the model's output (later in-place ops)
+            block = host.view(-1, self.window, k)
+            block.copy_(y)
+        x_rows = None
+        if self._md_index is not None:
+            x_rows = x.detach().reshape(-1, d_in)[self._md_index].float()
+            if self.on_device:
+                x_rows, source = self.transfer.empty(x_rows.numel(), torch.float32).view_as(x_rows), x_rows
+                self.transfer.copy(x_rows, source)
+        self._staged[layer] = (bounds, block, x_rows)
+        if not self.on_device:
+            self._queue_layer(layer, *bounds.tolist())
+        self.write_seconds += time.perf_counter() - start
+        self.calls[layer] += 1
+
+    def finish_batch(self) -> None:
+        """After the batch's forward: on an accelerator wait once for its copies and queue every layer; then the
+        buffer set goes back to the writer thread, which frees it once its blocks are written."""
+        start = time.perf_counter()
+        if self.on_device:
+            bounds = self.transfer.empty(2 * len(self.shapes), torch.float32).view(-1, 2)
+            self.transfer.copy(bounds, torch.stack([staged[0] for staged in self._staged]).float())
+            self.transfer.wait()  # the batch's one host sync: its blocks, MD inputs and ranges are on the host
+            for layer, (low, high) in enumerate(bounds.tolist()):
+                self._queue_layer(layer, low, high)
+        self._queue.put(self._free[self._set])
+        self._set, self._staged = None, []
+        self._batches += 1
+        self.offset = self._stop * self.window
+        self.write_seconds += time.perf_counter() - start
+
+    def _host(self, layer: int, numel: int) -> torch.Tensor:
+        """The first ``numel`` values of ``layer``'s buffer in the current set, allocated at the first batch (a
+        later batch is never larger: the last one, or one halved after a CUDA OOM, is smaller)."""
+        buffers = self._buffers[self._set]
+        if buffers[layer] is None or buffers[layer].numel() < numel:
+            buffers[layer] = self.transfer.empty(numel, self.torch_dtype)
+        return buffers[layer][:numel]
+
+    def _queue_layer(self, layer: int, low: float, high: float) -> None:
+        """Check a staged layer (NaN / inf / the shard dtype's range, its MD inputs) and queue its writes."""
+        _, block, x_rows = self._staged[layer]
+        n = block.numel() // self.shapes[layer][0]
         if not (math.isfinite(low) and math.isfinite(high)):
             raise FloatingPointError(
                 f"{self.model_name}: layer {self.layer_ids[layer]} pre-activations contain NaN or inf "
@@ -133,27 +249,24 @@ class _ShardWriter:
                 f"{self.model_name}: layer {self.layer_ids[layer]} pre-activation |y| = {max(-low, high):.4g} "
                 f"exceeds the {self.np_dtype} range ({self.limit:.4g}); collect with dtype='float32'"
             )
-        block, transposed = _host_block(y, self.window, self.torch_dtype, on_device=y.device.type != "cpu")
         self._raise_write_error()
         first_window = self.offset // self.window
-        self._queue.put(functools.partial(self.files.write_y, layer, first_window, block, transposed))
-        rows = self.md_row[self.offset : self.offset + n]
-        picked = np.flatnonzero(rows >= 0)
-        if picked.size:
-            fed = picked + (picked // self.window + 1) if self.skip_first else picked  # past each window's BOS
-            x = x.detach().reshape(-1, d_in)[torch.from_numpy(fed).to(x.device)].float().cpu().numpy()
+        self._queue.put(functools.partial(self.files.write_y, layer, first_window, block.numpy(), self.on_device))
+        if x_rows is not None:
+            x = x_rows.numpy()
             if not np.isfinite(x).all():
                 raise FloatingPointError(
                     f"{self.model_name}: layer {self.layer_ids[layer]} projection inputs contain NaN or inf"
                 )
-            self._queue.put(functools.partial(self.files.write_x_rows, layer, x, rows[picked]))
-        self.write_seconds += time.perf_counter() - start
-        self.calls[layer] += 1
+            self._queue.put(functools.partial(self.files.write_x_rows, layer, x, self._md_rows))
 
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:
+            if isinstance(item, threading.Semaphore):  # a buffer set's blocks are all written: it may be refilled
+                item.release()
+                continue
             if self._error is not None:
-                continue  # keep taking blocks so that the producer never blocks on a dead writer
+                continue  # keep taking blocks (and freeing sets) so that the producer never waits on a dead writer
             start = time.perf_counter()
             try:
                 item()
@@ -215,10 +328,12 @@ def collect_activation_shards(
     are written and later read, decided by :class:`wneurons.store.shards.ShardFiles`; "auto": O_DIRECT where possible.
 
     Only the causal LM's trunk (``model.base_model``) is run: the LM head plays no part in the pre-activations.
-    Peak memory: the model, the forward pass's own activations for one batch, and one layer's batch output
-    (``batch_size * window * K`` values); the shards live on disk (``N * K`` values per layer), written with
-    one ``pwrite`` per layer and batch. NaN / inf in any activation raises ``FloatingPointError`` naming
-    the model and layer. Returns the contents of ``index.json``.
+    Peak memory: the model, the forward pass's own activations for one batch, and on the host two sets of buffers
+    of one batch of every layer (``2 * batch_size * window * sum(K)`` values in the shard dtype, pinned on a CUDA
+    device; ``index.json``'s ``host_buffer_bytes``), reused batch after batch; the shards live on disk (``N * K``
+    values per layer), written with one ``pwrite`` per layer and batch. On an accelerator the host waits for the
+    device once per batch. NaN / inf in any activation raises ``FloatingPointError`` naming the model and layer.
+    Returns the contents of ``index.json``.
     """
     if dtype not in SHARD_DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(SHARD_DTYPES)}")
@@ -278,7 +393,7 @@ def collect_activation_shards(
     )
     with atomic_directory(out_dir) as tmp:
         writer = _ShardWriter(
-            tmp, modules, n_tokens, window, md_positions, dtype, model_name, io, bos is not None, layer_ids
+            tmp, modules, n_tokens, window, md_positions, dtype, model_name, io, bos is not None, layer_ids, device
         )
         meta |= writer.files.record()
         if not writer.files.direct and io == "auto":
@@ -288,15 +403,18 @@ def collect_activation_shards(
 
         def collect_windows(first: int, stop: int) -> None:
             nonlocal forwards, last_log
-            # A range retried after a CUDA OOM (run_in_batches) starts from the last whole forward: the blocks its
-            # failed pass queued are written again at the same places, with the values of the smaller batches.
+            # A range retried after a CUDA OOM (run_in_batches) starts from the last whole forward: on an
+            # accelerator its failed pass queued nothing (a batch is queued after its forward), and blocks queued
+            # anyway are written again at the same places, with the values of the smaller batches.
             writer.calls[:] = forwards
-            writer.offset = first * window
-            forward_until_stopped(trunk, input_ids=windows[first:stop].to(device), use_cache=False)
-            writer.offset = stop * window
+            writer.begin_batch(first, stop)
+            forward_until_stopped(
+                trunk, input_ids=writer.transfer.to_device(windows[first:stop], device), use_cache=False
+            )
             if not (writer.calls == forwards + 1).all():
                 missing = [layer_ids[i] for i in np.flatnonzero(writer.calls != forwards + 1).tolist()]
                 raise RuntimeError(f"{model_name}: projection hooks of layers {missing} did not fire once")
+            writer.finish_batch()
             forwards += 1
             now = time.perf_counter()
             if now - last_log >= progress_every or writer.offset == n_tokens:
@@ -324,6 +442,7 @@ def collect_activation_shards(
         meta["seconds"] = round(time.perf_counter() - start, 3)
         meta["seconds_in_hooks"] = round(writer.write_seconds, 3)
         meta["seconds_writing"] = round(writer.pwrite_seconds, 3)  # on the writer thread, overlapping the forward
+        meta["host_buffer_bytes"] = writer.host_buffer_bytes
         meta["provenance"] = provenance(model=model_name)
         write_json(tmp / INDEX_FILE, meta)
     return meta
