@@ -35,7 +35,8 @@ def _templates() -> dict[str, str]:
     condition = grid.Condition("{scope}", "{selector}", "{percent}", "{trial}")
     out = {}
     for name, fn in inspect.getmembers(paths, inspect.isfunction):
-        if fn.__module__ != paths.__name__ or name in ("log_file", "benchmark_file", "benchmark_data"):
+        skipped = ("log_file", "benchmark_file", "benchmark_data", "roots", "use_roots", "roots_of")
+        if fn.__module__ != paths.__name__ or name in skipped:
             continue
         required = [p.name for p in inspect.signature(fn).parameters.values() if p.default is inspect.Parameter.empty]
         args = [condition if p == "condition" else f"{{{p}}}" for p in required]
@@ -56,11 +57,10 @@ def test_every_path_is_spelled_under_a_root_and_no_two_entries_coincide():
     assert paths.benchmark_file("replication_table") == "benchmarks/replication_table.tsv"
 
 
-def test_moving_the_results_root_moves_every_result(monkeypatch):
+def test_moving_the_results_root_moves_every_result():
     before = _templates()
-    monkeypatch.setattr(paths, "RESULTS", "elsewhere/out")
-    monkeypatch.setattr(paths, "FIGURES", "elsewhere/out/figures")
-    after = _templates()
+    with paths.roots_of({"results_dir": "elsewhere/out"}):  # the config key results_dir
+        after = _templates()
     for name, path in before.items():
         if path.startswith("results/"):
             assert after[name] == "elsewhere/out/" + path.removeprefix("results/"), name

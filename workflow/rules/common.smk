@@ -17,6 +17,7 @@ from wneurons.experiment import (
     grid,
     paths,
     reporting,
+    scratch,
     targets,
     training,
 )
@@ -42,6 +43,9 @@ except ConfigError as err:
     # The message names the key; Snakemake would add a traceback into this file, which only distracts.
     sys.exit(str(err))
 
+# Every path of this run under its config's roots: results_dir, neurons.activations_dir and kept_activations_dir
+# (wneurons.experiment.paths.Roots; each Snakemake process of the run, the allocations' too, parses this first).
+paths.use_roots(paths.Roots.of(config))
 MODELS = config["models"]
 
 
@@ -412,9 +416,57 @@ def collect_params(wildcards):
     return params
 
 
+def collects_in_scratch(wildcards):
+    """Whether this revision's neuron_stats job collects its own shards in node-local scratch (neurons.scratch_dir;
+    wneurons.experiment.scratch): no later job reads them, and collection and statistics share an allocation.
+    """
+    m, r = wildcards.model, wildcards.revision
+    together = planned("group", "collect_activations", wildcards) == planned(
+        "group", "neuron_stats", wildcards
+    )
+    return scratch.collects_in_scratch(config, m, r, together)
+
+
+def neuron_stats_inputs(wildcards):
+    """The revision's shards; or, collecting in scratch, what collection reads (model, WikiText-2)."""
+    if not collects_in_scratch(wildcards):
+        return {"shards": paths.shards(wildcards.model, wildcards.revision)}
+    inputs = {"wikitext": paths.dataset("wikitext2")}
+    if model_dir(wildcards):
+        inputs["model"] = model_dir(wildcards)
+    return inputs
+
+
 def stats_params(wildcards):
+    """What the statistics need; collecting in scratch, the collection's params too (a job in scratch records the
+    same params as collect_activations would)."""
     keys = ("wd_method", "md_pairs", "seed")
-    return {k: config["neurons"][k] for k in keys}
+    params = {k: config["neurons"][k] for k in keys}
+    if collects_in_scratch(wildcards):
+        params["collect"] = collect_params(wildcards)
+    return params
+
+
+def neuron_stats_gpus(wildcards):
+    """A GPU when the job collects in scratch (it runs the model), else none."""
+    return 1 if collects_in_scratch(wildcards) else 0
+
+
+def neuron_stats_runtime(wildcards):
+    """Minutes: the statistics' share of the allocation, and collecting in scratch the collection's too."""
+    minutes = planned("minutes", "neuron_stats", wildcards)
+    if collects_in_scratch(wildcards):
+        minutes += planned("minutes", "collect_activations", wildcards)
+    return minutes
+
+
+def neuron_stats_mem_mb(wildcards, attempt):
+    """Memory (MB): the statistics', and collecting in scratch the larger of theirs and the collection's."""
+    rules = ["neuron_stats"]
+    if collects_in_scratch(wildcards):
+        rules.append("collect_activations")
+    w = dict(wildcards.items())
+    return max(allocations.job_mem_mb(config, SITE, rule, w, attempt) for rule in rules)
 
 
 # ---------------------------------------------------------------- ablate.smk

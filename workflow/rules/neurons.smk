@@ -26,9 +26,11 @@ rule collect_activations:
         )
 
 
+# With neurons.scratch_dir, a revision whose shards no later job reads is collected by this job itself, into
+# node-local scratch (its inputs then are the model and WikiText-2; common.smk: collects_in_scratch).
 rule neuron_stats:
     input:
-        shards=paths.shards("{model}", "{revision}"),
+        unpack(neuron_stats_inputs),
     output:
         paths.neurons("{model}", "{revision}"),
     log:
@@ -40,8 +42,9 @@ rule neuron_stats:
     threads: 2
     resources:
         **GPU_SITE,
-        mem_mb=job_mem_mb("neuron_stats"),
-        runtime=job_runtime("neuron_stats"),
+        gpu=neuron_stats_gpus,
+        mem_mb=neuron_stats_mem_mb,
+        runtime=neuron_stats_runtime,
     params:
         model=model_spec,
         stats=stats_params,

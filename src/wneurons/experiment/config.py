@@ -181,6 +181,7 @@ def _check_semantics(config: dict, workdir: Path, schema: dict) -> None:
     _check_layers(config)
     _check_token_budgets(config)
     _check_training(config)
+    _check_roots(config)
     _check_capability(config)
     if 2 * neurons["md_pairs"] > neurons["md_tokens"]:
         raise ConfigError(
@@ -204,6 +205,14 @@ def _check_semantics(config: dict, workdir: Path, schema: dict) -> None:
             f"config: figures.figure2a_layer: {config['figures']['figure2a_layer']} but a model has only "
             f"{min_layers} layers"
         )
+
+
+def _check_roots(config: dict) -> None:
+    """results_dir and the activation roots (wneurons.experiment.paths.Roots): one line when they cannot work."""
+    from wneurons.experiment.paths import Roots
+
+    if problem := Roots.of(config).problem():
+        raise ConfigError(problem)
 
 
 def _check_model_files(config: dict, workdir: Path, schema: dict) -> None:

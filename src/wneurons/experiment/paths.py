@@ -3,36 +3,139 @@
 The rules (workflow/rules/*.smk, through common.smk), the target lists (:mod:`wneurons.experiment.targets`) and the
 tests read their paths here, so moving a root is one line. Arguments are the values of the path's parts; a rule
 passes its Snakemake wildcards in as plain strings (``neurons("{model}", "{revision}")``). Paths are relative to the
-workflow's working directory.
+workflow's working directory unless a root is absolute.
+
+Three roots are settings of the config (:class:`Roots`): ``results_dir`` (every result, figure, report and explorer,
+and with a results_dir other than the default also the rules' logs and benchmark tables), ``neurons.activations_dir``
+(the activation shards) and ``neurons.kept_activations_dir`` (the shards later jobs read). The workflow sets them
+once per process, as soon as the config is validated (common.smk: :func:`use_roots`); every Snakemake process of a
+run (the main one, each SLURM allocation) parses common.smk first, so every path of a run is built under its
+config's roots. Code outside the workflow that builds a config's paths does so under ``with roots_of(config):``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 from wneurons.experiment.grid import BENCHMARK_DATASETS, Condition
 from wneurons.store.staged import MANIFEST
 
-RESULTS = "results"
+RESULTS = "results"  # the default of results_dir (the paper grid's and the demo's)
 RESOURCES = "resources"
 LOGS = "logs"
 BENCHMARK_LOGS = "benchmarks"  # Snakemake's `benchmark:` tables (runtime, memory), not the scored benchmarks
-FIGURES = f"{RESULTS}/figures"
+FIGURES = f"{RESULTS}/figures"  # under the default results_dir
 DATA = f"{RESOURCES}/data"
-ACTIVATIONS = f"{RESOURCES}/activations"
-KEPT_ACTIVATIONS = f"{RESOURCES}/kept-activations"
+ACTIVATIONS = f"{RESOURCES}/activations"  # the default of neurons.activations_dir
+KEPT_ACTIVATIONS = f"{RESOURCES}/kept-activations"  # the default of neurons.kept_activations_dir
 STAGED = f"{RESOURCES}/hub"  # the default of hub.staging_dir: staged hub revisions
 STAGED_MANIFEST = MANIFEST  # written last by staging, so a directory with one is complete
+# Directories of the working directory that a results_dir must not be or lie in (their files are another stage's).
+RESERVED = (RESOURCES, LOGS, BENCHMARK_LOGS, ".snakemake", "config", "workflow", "profiles")
+
+
+@dataclass(frozen=True)
+class Roots:
+    """The configurable roots of a run's files: ``results`` (config ``results_dir``), ``activations``
+    (``neurons.activations_dir``) and ``kept_activations`` (``neurons.kept_activations_dir``). The logs and
+    benchmark tables of the rules are ``logs/`` and ``benchmarks/`` under the default results_dir (the layout the
+    paper grid and the demo always had), else inside the results_dir: two configs' runs share no file they write
+    but the resources (data, staged and converted models)."""
+
+    results: str = RESULTS
+    activations: str = ACTIVATIONS
+    kept_activations: str = KEPT_ACTIVATIONS
+
+    def __post_init__(self) -> None:
+        for name in ("results", "activations", "kept_activations"):  # "results/" and "./results" are "results"
+            object.__setattr__(self, name, os.path.normpath(getattr(self, name)))
+
+    @classmethod
+    def of(cls, config: dict) -> Roots:
+        """The roots a (validated or raw) config names; a key it lacks keeps its default."""
+        neurons = config.get("neurons") or {}
+        return cls(
+            config.get("results_dir") or RESULTS,
+            neurons.get("activations_dir") or ACTIVATIONS,
+            neurons.get("kept_activations_dir") or KEPT_ACTIVATIONS,
+        )
+
+    @property
+    def logs(self) -> str:
+        return LOGS if self.results == RESULTS else f"{self.results}/{LOGS}"
+
+    @property
+    def benchmarks(self) -> str:
+        return BENCHMARK_LOGS if self.results == RESULTS else f"{self.results}/{BENCHMARK_LOGS}"
+
+    @property
+    def figures(self) -> str:
+        return f"{self.results}/figures"
+
+    def problem(self) -> str | None:
+        """One line naming the config key and value when the roots cannot work, else None: a results_dir that is or
+        lies in a directory of another stage, and roots inside one another (a shard directory inside the results
+        would be read as a model's results; the two activation roots must differ, as temporary shards are deleted
+        by revision)."""
+
+        def inside(path: str, root: str) -> bool:
+            return path == root or path.startswith(root.rstrip("/") + "/")
+
+        for reserved in RESERVED:
+            if inside(self.results, reserved):
+                return f"config: results_dir: {self.results!r} lies in {reserved}/, which holds another stage's files"
+        for key, path in (("activations_dir", self.activations), ("kept_activations_dir", self.kept_activations)):
+            if inside(path, self.results) or inside(self.results, path):
+                return f"config: neurons.{key}: {path!r} and results_dir {self.results!r} lie in one another"
+        if inside(self.activations, self.kept_activations) or inside(self.kept_activations, self.activations):
+            return (
+                f"config: neurons.kept_activations_dir: {self.kept_activations!r} and neurons.activations_dir "
+                f"{self.activations!r} lie in one another"
+            )
+        return None
+
+
+_roots = Roots()
+
+
+def roots() -> Roots:
+    """The roots every path function of this module builds under now."""
+    return _roots
+
+
+def use_roots(new: Roots) -> Roots:
+    """Build every path under ``new`` from now on (the workflow: once, from its config); returns the roots before."""
+    global _roots
+    previous, _roots = _roots, new
+    return previous
+
+
+@contextlib.contextmanager
+def roots_of(config: dict) -> Iterator[Roots]:
+    """Build paths under ``config``'s roots inside the ``with`` block (a command or test that reads a config's
+    results outside the workflow), and under the previous roots after it."""
+    previous = use_roots(Roots.of(config))
+    try:
+        yield _roots
+    finally:
+        use_roots(previous)
 
 
 # ---------------------------------------------------------------- logs and benchmark tables of the rules
 def log_file(folder: str, stem: str = "") -> str:
     """``logs/{folder}/{stem}.log`` (``logs/{folder}.log`` without a stem). ``folder``: the rule's name (``figures``
     for the figure rules); ``stem``: the output's wildcards, e.g. ``"{model}/{revision}"``."""
-    return f"{LOGS}/{folder}/{stem}.log" if stem else f"{LOGS}/{folder}.log"
+    logs = _roots.logs
+    return f"{logs}/{folder}/{stem}.log" if stem else f"{logs}/{folder}.log"
 
 
 def benchmark_file(folder: str, stem: str = "") -> str:
     """``benchmarks/{folder}/{stem}.tsv``: the rule's runtime and memory, named like its :func:`log_file`."""
-    return f"{BENCHMARK_LOGS}/{folder}/{stem}.tsv" if stem else f"{BENCHMARK_LOGS}/{folder}.tsv"
+    tables = _roots.benchmarks
+    return f"{tables}/{folder}/{stem}.tsv" if stem else f"{tables}/{folder}.tsv"
 
 
 # ---------------------------------------------------------------- resources: data, models, activations
@@ -88,12 +191,12 @@ def shards(model: str, revision: str) -> str:
 def kept_shards(model: str, revision: str) -> str:
     """Hard links to the shards of a revision that a job reads after its statistics (Figure 1): they survive the
     deletion of the temporary shards and cost no disk of their own."""
-    return f"{KEPT_ACTIVATIONS}/{model}/{revision}"
+    return f"{_roots.kept_activations}/{model}/{revision}"
 
 
 # ---------------------------------------------------------------- results of one checkpoint
 def checkpoint_dir(model: str, revision: str) -> str:
-    return f"{RESULTS}/{model}/{revision}"
+    return f"{_roots.results}/{model}/{revision}"
 
 
 def neurons(model: str, revision: str) -> str:
@@ -154,7 +257,7 @@ def pair_composition(model: str, revision: str) -> str:
 
 def pos_tags(model: str) -> str:
     """Tags depend on the tokenizer only: one file per model, for every revision."""
-    return f"{RESULTS}/{model}/pos/valid.parquet"
+    return f"{_roots.results}/{model}/pos/valid.parquet"
 
 
 def pos_surprisal(model: str, revision: str) -> str:
@@ -193,7 +296,7 @@ def weight_record(model: str, revision: str) -> str:
 
 
 def training_dir(model: str) -> str:
-    return f"{RESULTS}/{model}/training"
+    return f"{_roots.results}/{model}/training"
 
 
 def integrity(model: str) -> str:
@@ -233,21 +336,21 @@ def figure(name: str, *parts: str) -> str:
     """A figure's PNG: ``results/figures/{name}.png``, or ``results/figures/{name}/{part}/.../{last}.png`` for a
     figure drawn per model (and revision), e.g. ``figure("figure3", model, revision)``. ``name`` is the figure's
     name in the paper ("figure2b"); its rule and row in ``wneurons.jobs.figures.FIGURES`` may draw several."""
-    return f"{FIGURES}/{'/'.join((name, *parts))}.png"
+    return f"{_roots.figures}/{'/'.join((name, *parts))}.png"
 
 
 # ---------------------------------------------------------------- report
 def replication_md() -> str:
     """The claims table (Markdown); its JSON and HTML beside it."""
-    return f"{RESULTS}/replication.md"
+    return f"{_roots.results}/replication.md"
 
 
 def replication_json() -> str:
-    return f"{RESULTS}/replication.json"
+    return f"{_roots.results}/replication.json"
 
 
 def replication_html() -> str:
-    return f"{RESULTS}/replication.html"
+    return f"{_roots.results}/replication.html"
 
 
 def explorer(model: str, revision: str) -> str:

@@ -1,12 +1,17 @@
 """Jobs of ``workflow/rules/neurons.smk``: every layer's pre-activations over WikiText-2 test cached as shards,
 kept as hard links where a later job reads them, and reduced to the per-neuron statistics table (WD, sign split,
-moments, MD)."""
+moments, MD); with ``neurons.scratch_dir``, collected in node-local scratch and reduced by one job."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import logging
 import os
+import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -49,15 +54,79 @@ def collect_activations_job(spec: dict, wikitext_dir: str, out_dir: str, params:
 
 def keep_activations_job(shard_dir: str, out_dir: str) -> None:
     """Hard-link every file of a revision's shards into ``out_dir``, so that a job reading them after the
-    statistics (Figure 1) still finds them once the temporary shards are deleted; no bytes are copied."""
+    statistics (Figure 1) still finds them once the temporary shards are deleted; no bytes are copied, unless
+    ``neurons.kept_activations_dir`` is on another file system than ``neurons.activations_dir`` (then copied)."""
+    copied = 0
     with io.atomic_directory(out_dir) as tmp:
         for path in sorted(Path(shard_dir).iterdir()):
-            os.link(path, tmp / path.name)
-    log.info("kept %s as hard links in %s", shard_dir, out_dir)
+            try:
+                os.link(path, tmp / path.name)
+            except OSError as err:
+                if err.errno != errno.EXDEV:
+                    raise
+                shutil.copy2(path, tmp / path.name)
+                copied += 1
+    how = f"copied ({copied} files: another file system)" if copied else "as hard links"
+    log.info("kept %s %s in %s", shard_dir, how, out_dir)
 
 
-def neuron_stats_job(spec: dict, shard_dir: str, out_path: str, params: dict) -> pl.DataFrame:
-    """WD (exact / sampled), sign split, moments and MD of every neuron, from the cached shards."""
+SCRATCH_FOLDER = "wneurons-shards"
+
+
+def scratch_shard_dir(scratch_dir: str, model: str, revision: str, workdir: str | os.PathLike = ".") -> Path:
+    """Where a revision's shards go in node-local scratch: ``{scratch_dir}/wneurons-shards/{key}/{model}/{revision}``,
+    ``scratch_dir`` with its environment variables expanded (an unset one is a ValueError naming the key), ``key``
+    a digest of the working directory (two checkouts sharing a node's scratch never meet). The path is the same for
+    every attempt, so that an attempt finds and removes what a killed one left there."""
+    expanded = os.path.expandvars(scratch_dir)
+    if "$" in expanded or not expanded.strip():
+        raise ValueError(
+            f"neurons.scratch_dir: {scratch_dir!r} names an environment variable unset on {os.uname().nodename}"
+        )
+    key = hashlib.sha256(os.path.realpath(workdir).encode()).hexdigest()[:12]
+    return Path(expanded) / SCRATCH_FOLDER / key / model / revision
+
+
+@contextlib.contextmanager
+def scratch_shards(scratch_dir: str, model: str, revision: str) -> Iterator[Path]:
+    """A revision's shard directory in node-local scratch (:func:`scratch_shard_dir`) for the ``with`` block, gone
+    after it however the block ends. Whatever an earlier, killed attempt left there goes first: its complete shards
+    (killed during the statistics) here, the temporary directory of a killed collection by the collection's own
+    sweep (:func:`wneurons.store.io.sweep_stale_temporaries`); where the site wipes scratch with the allocation,
+    there is nothing to find."""
+    path = scratch_shard_dir(scratch_dir, model, revision)
+    if path.exists():
+        log.warning("removing %s, left in scratch by a killed attempt", path)
+        shutil.rmtree(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        io.sweep_stale_temporaries(path)
+        for folder in path.parents[:3]:  # {model}, {key}, wneurons-shards when empty (another job's are not)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def neuron_stats_job(
+    spec: dict,
+    shard_dir: str | None,
+    out_path: str,
+    params: dict,
+    wikitext_dir: str | None = None,
+    scratch_dir: str | None = None,
+) -> pl.DataFrame:
+    """WD (exact / sampled), sign split, moments and MD of every neuron, from the cached shards in ``shard_dir``.
+    Without ``shard_dir`` (``params["collect"]``: the collection's params), the job collects them first, from
+    ``wikitext_dir`` into node-local ``scratch_dir`` (:func:`scratch_shards`), and deletes them when done: the
+    same shards and so the same table as collection and statistics run as two jobs."""
+    if shard_dir is None:
+        if not scratch_dir or wikitext_dir is None or "collect" not in params:
+            raise ValueError("neuron_stats: no shards given, and no scratch collection configured")
+        with scratch_shards(scratch_dir, spec["name"], spec["revision"]) as scratch:
+            log.info("collecting the shards in node-local scratch %s", scratch)
+            collect_activations_job(spec, wikitext_dir, str(scratch), params["collect"])
+            return neuron_stats_job(spec, str(scratch), out_path, params)
     from wneurons.core.stats import neuron_statistics
     from wneurons.store.shards import ShardIndex
 
