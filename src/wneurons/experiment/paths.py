@@ -185,7 +185,7 @@ def pruned_record(model: str, revision: str, root: str = STAGED) -> str:
 
 def shards(model: str, revision: str) -> str:
     """Activation shards of one revision (collect_activations); temporary unless ``neurons.keep_shards``."""
-    return f"{ACTIVATIONS}/{model}/{revision}"
+    return f"{_roots.activations}/{model}/{revision}"
 
 
 def kept_shards(model: str, revision: str) -> str:
@@ -365,4 +365,4 @@ def explorer_bundle(model: str, revision: str) -> str:
 
 def report() -> str:
     """Snakemake's single-file report (``snakemake --report``, after the DAG: ``make report``)."""
-    return f"{RESULTS}/report.html"
+    return f"{_roots.results}/report.html"
