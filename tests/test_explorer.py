@@ -141,12 +141,19 @@ def record(
     }  # fmt: skip
 
 
+def sign_case_rows(token: str = EVIL) -> list[dict]:
+    """A neuron's four gate x up sign cases as the explorer job passes them (each with one example in context)."""
+    return [{"case": c, "gate_sign": c[4], "up_sign": c[-1], "count": 3, "fraction": 0.25, "mean_abs_product": 0.5,
+             "abs_share": 0.25, "mean_product": -0.1, "examples": [{"y": -0.7, "left": "a ", "token": token,
+             "right": " b"}]} for c in ("gate+ up+", "gate+ up-", "gate- up+", "gate- up-")]  # fmt: skip
+
+
 def site_records() -> list[dict]:
     return [
         record(0, 5, 0.8, 0.9, 1.5, token=EVIL),
         record(0, 9, 0.5, 0.2, 3.0, clamped=None),
         record(1, 2, 1.2, 0.6, 0.7, token="stored"),
-        record(2, 7, 0.3, 0.95, 2.2),
+        record(2, 7, 0.3, 0.95, 2.2) | {"sign_cases": sign_case_rows("among")},
     ]
 
 
@@ -157,7 +164,12 @@ def test_pages_escape_data_and_say_what_is_missing():
     assert page.count("<script") == 0
     assert len(re.findall(r"<rect class='bar (?:neg|pos)'", page)) > 10
     assert page.count("class='ytick'") >= 4 and "10<tspan dy='-5' font-size='8'>-4</tspan>" in page  # log ticks
-    assert "gate × up sign cases" in page and "table class='top-tokens lowest'" in page
+    assert "Gate × up sign cases" in page and "not computed: no sign-case table" in page
+    assert "table class='top-tokens lowest'" in page
+    shown = neuron_html(rec | {"sign_cases": sign_case_rows()})
+    assert shown.count("<tr class='gate-negative'>") == 2 and EVIL not in shown
+    assert "<b class='gate-negative-share'>0.5</b>" in shown
+    assert "not a gated MLP (family gpt_neox" in neuron_html(rec | {"gated": False, "family": "gpt_neox"})
     no_pairs = neuron_html(rec | {"pairs": None, "pairs_note": "no pair sample <b>here</b>", "checkpoints": []})
     assert "not computed: no pair sample &lt;b&gt;here&lt;/b&gt;" in no_pairs
     assert "no checkpoints of this model in the run" in no_pairs
@@ -261,6 +273,9 @@ def test_explorer_in_a_headless_browser(tmp_path, browser):
     assert browser.find_element("css selector", "a.permalink").text == "index.html#L2_N7"
     assert len(browser.find_elements("css selector", "svg.hist text.ylabel")) >= 4
     assert "the" in browser.find_element("css selector", "table.top-tokens.lowest").text
+    cases = browser.find_elements("css selector", "table.sign-cases > tbody > tr")  # the gate x up sign cases
+    assert [r.text.split()[0] for r in cases[1:]] == ["gate+", "gate+", "gate-", "gate-"] and "among" in cases[3].text
+    assert len(browser.find_elements("css selector", "table.sign-cases tr.gate-negative")) == 2  # shaded
     screenshot(browser, tmp_path, "explorer-L2_N7.png")
     browser.find_element("css selector", "nav.neighbours a.previous").click()
     assert browser.current_url.endswith("L1_N2.html")

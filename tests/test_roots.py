@@ -173,3 +173,21 @@ def test_a_collection_killed_in_scratch_leaves_nothing_after_the_rerun(tmp_path)
         )
         subprocess.run([sys.executable, "-c", rerun, str(tmp_path), moment], cwd=tmp_path, check=True)
     assert list(tmp_path.iterdir()) == []  # the rerun removed the leftovers, its own shards and the empty folders
+
+
+# ---------------------------------------------------------------- the command line
+def test_wneurons_explore_builds_the_explorer_under_the_configs_results_dir(tmp_path, monkeypatch):
+    from wneurons import cli
+
+    cfg = yaml.safe_load((ROOT / "config/demo.yaml").read_text())
+    for dname in cfg["data"]:
+        (tmp_path / dname).mkdir()
+        cfg["data"][dname]["local_dir"] = str(tmp_path / dname)
+    cfg["results_dir"] = "results-mine"
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    commands = []
+    monkeypatch.setattr(cli, "_run_snakemake", lambda cmd, root: commands.append(cmd) or 1)
+    assert cli.main(["explore", str(path)]) == 1
+    model = next(iter(cfg["models"]))
+    assert commands[0][-1] == f"results-mine/{model}/main/explorer"

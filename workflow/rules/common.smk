@@ -664,6 +664,21 @@ def explorer_inputs(wildcards):
         inputs["sample"] = paths.pair_sample(m, r)
         if config["pos"]["model"] == m:
             inputs["tags"] = paths.pos_tags(m)
+    if targets.sign_cases_at(config, m, r):
+        inputs["sign_cases"] = paths.sign_cases(m, r)
+    return inputs
+
+
+def sign_cases_inputs(wildcards):
+    """The model, its neuron table (which neurons the explorer lists), WikiText-2 and the shards (their windows)."""
+    m, r = wildcards.model, wildcards.revision
+    inputs = {
+        "shards": paths.shards(m, r),
+        "neurons": paths.neurons(m, r),
+        "wikitext": paths.benchmark_data("ppl"),
+    }
+    if model_dir(wildcards):
+        inputs["model"] = model_dir(wildcards)
     return inputs
 
 
@@ -672,6 +687,7 @@ paired_conditions = of_config(reporting.paired_conditions)
 paired_inputs = of_config(reporting.paired_inputs)
 replication_run = of_config(reporting.replication_run)
 explorer_params = of_config(reporting.explorer_params)
+sign_cases_params = of_config(reporting.sign_cases_params)
 
 
 # ---------------------------------------------------------------- the Snakefile's `all`

@@ -62,3 +62,27 @@ rule explorer:
         spec=explorer_params,
     run:
         run_script("explorer.py", input, output, params, wildcards, threads, log)
+
+
+rule sign_cases:
+    input:
+        unpack(sign_cases_inputs),
+    output:
+        paths.sign_cases("{model}", "{revision}"),
+    log:
+        paths.log_file("sign_cases", "{model}/{revision}"),
+    benchmark:
+        paths.benchmark_file("sign_cases", "{model}/{revision}")
+    group:
+        allocation("sign_cases")
+    threads: 2
+    resources:
+        **GPU_SITE,
+        gpu=1,
+        mem_mb=job_mem_mb("sign_cases"),
+        runtime=job_runtime("sign_cases"),
+    params:
+        model=model_spec,
+        spec=sign_cases_params,
+    run:
+        run_script("sign_cases.py", input, output, params, wildcards, threads, log)

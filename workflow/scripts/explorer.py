@@ -15,4 +15,5 @@ with logged_to(snakemake.log[0]):
         tags_path=snakemake.input.get("tags"),
         clamped_percents=snakemake.params.spec["clamped_percents"],
         extra_neurons=[tuple(n) for n in snakemake.params.spec["extra_neurons"]],
+        sign_cases_path=snakemake.input.get("sign_cases"),
     )

@@ -162,7 +162,7 @@ def init_config(args: argparse.Namespace, root: Path) -> Path:
     config = {key: value for key, value in template.items() if key != "models"}
     for path, value in _MODEL_KEYS:
         _reset(config, path, value)
-    config = {"models": {name: entry}, **config}
+    config = {"models": {name: entry}, **config, "results_dir": f"results-{name}"}  # its own, beside the demo's
     out = Path(args.output or f"config/{name}.yaml")
     try:
         validate_config(yaml.safe_load(yaml.safe_dump(config)), root / SCHEMA, Path.cwd())
@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
         help="build a model's neuron explorer and print where it is",
         description="Build the static, offline neuron explorer of a model's final revision (Snakemake target "
-        "results/{model}/{revision}/explorer) and print the path of its index.html.",
+        "{results_dir}/{model}/{revision}/explorer) and print the path of its index.html.",
     )
     p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config of the run")
     p.add_argument("--model", help="the model (default: the config's first)")
@@ -327,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             model = args.model or next(iter(config["models"]))
             if model not in config["models"]:
                 raise CommandError(f"explore: {model!r} is not a model of {args.config}")
-            site = paths.explorer(model, config["models"][model]["final_revision"])
+            with paths.roots_of(config):  # under the config's results_dir
+                site = paths.explorer(model, config["models"][model]["final_revision"])
             cmd = snakemake_command(args.config, args.profile, ["--cores", str(args.cores), *passthrough, site])
             code = _run_snakemake(cmd, root)
             if code == 0:

@@ -1,12 +1,13 @@
 """What each job costs and which SLURM allocation runs it: the site's limits decide how a checkpoint is split.
 
 Under ``profiles/slurm`` every job that runs a model (collection, its statistics, clean and ablated scoring, the
-matched searches, the pair sample, the weight rows) belongs to an allocation of its checkpoint: a Snakemake group
-``gpu-{model}-{revision}-a{k}`` whose members run in threads of one process and share one loaded model
-(``snakemake_executor_plugin_wneurons_slurm``). A checkpoint is one allocation when its work fits the site's
-walltime limit, and several when it does not: its jobs are packed in dependency order (:func:`checkpoint_jobs`),
-each allocation taking jobs until the next would push its sum of runtimes past the limit. Each allocation still
-loads its model once. docs/design.md ("SLURM: allocations sized to the site") says why this and not one worker.
+matched searches, the pair sample, the weight rows, the explorer's sign cases) belongs to an allocation of its
+checkpoint: a Snakemake group ``gpu-{model}-{revision}-a{k}`` whose members run in threads of one process and share
+one loaded model (``snakemake_executor_plugin_wneurons_slurm``). A checkpoint is one allocation when its work fits
+the site's walltime limit, and several when it does not: its jobs are packed in dependency order
+(:func:`checkpoint_jobs`), each allocation taking jobs until the next would push its sum of runtimes past the limit.
+Each allocation still loads its model once. docs/design.md ("SLURM: allocations sized to the site") says why this
+and not one worker.
 
 A job's runtime and memory come from its work, not from a flat per-model guess: tokens it runs through the model
 x parameters x 2 FLOP at the throughput of its precision (:data:`SUSTAINED_TFLOPS`, stated assumptions, or the
@@ -70,7 +71,7 @@ def perplexity_tokens(evaluation: dict) -> float:
 def tokens_of(config: dict, rule: str, wildcards: dict) -> float:
     """Tokens one job of ``rule`` runs through its model (0 for jobs that run none)."""
     evaluation = config["evaluation"]
-    if rule == "collect_activations":
+    if rule in ("collect_activations", "sign_cases"):  # the sign cases: the same windows again (at most)
         return config["neurons"]["max_tokens"] or WIKITEXT2_TEST_TOKENS
     if rule == "pair_sample":
         return config["pairs"]["max_tokens"] or WIKITEXT2_VALID_TOKENS
@@ -98,8 +99,10 @@ STATS_BYTES_PER_S, WEIGHT_READ_BYTES_PER_S = 30e6, 200e6
 
 
 def precision_of(config: dict, rule: str) -> str:
-    """The precision a rule's jobs run at: collection at ``neurons.dtype``, everything else ``evaluation.dtype``."""
-    return precision_name(config["neurons" if rule == "collect_activations" else "evaluation"]["dtype"])
+    """The precision a rule's jobs run at: collection (and the sign cases, over its windows) at ``neurons.dtype``,
+    everything else ``evaluation.dtype``."""
+    neurons = rule in ("collect_activations", "sign_cases")
+    return precision_name(config["neurons" if neurons else "evaluation"]["dtype"])
 
 
 SITE_GPU_RESOURCES = {"gpu_partition": "slurm_partition", "gpu_qos": "qos", "gpu_constraint": "constraint"}
@@ -227,7 +230,8 @@ def job_key(rule: str, wildcards: dict) -> JobKey:
 
 
 def checkpoint_jobs(config: dict, model: str, revision: str) -> list[tuple[str, dict]]:
-    """Every job of the allocated rules at one checkpoint, in packing order: collection and statistics, the weight
+    """Every job of the allocated rules at one checkpoint, in packing order: collection and statistics (and for the
+    explorer's checkpoint of a gated model its sign cases), the weight
     rows and pair sample (which read nothing of the others), clean scores, the ablations that need no search, the
     matched searches (which read the clean and the wasserstein perplexity), then the matched ablations."""
     spec = config["models"][model]
@@ -236,6 +240,8 @@ def checkpoint_jobs(config: dict, model: str, revision: str) -> list[tuple[str, 
     jobs: list[tuple[str, dict]] = []
     if scored:
         jobs += [("collect_activations", base), ("neuron_stats", base)]
+    if scored and targets.sign_cases_at(config, model, revision):  # the explorer's gated neurons: after the statistics
+        jobs.append(("sign_cases", base))
     if revision in spec["weight_checkpoints"]:
         jobs.append(("weight_rows", base))
     if _pair_sampled(config, model, revision):

@@ -363,6 +363,11 @@ def explorer_bundle(model: str, revision: str) -> str:
     return f"{checkpoint_dir(model, revision)}/explorer.html"
 
 
+def sign_cases(model: str, revision: str) -> str:
+    """The gate x up sign cases of the explorer's neurons of a gated model (one row per neuron and case)."""
+    return f"{checkpoint_dir(model, revision)}/explorer_sign_cases.parquet"
+
+
 def report() -> str:
     """Snakemake's single-file report (``snakemake --report``, after the DAG: ``make report``)."""
     return f"{_roots.results}/report.html"

@@ -65,3 +65,13 @@ def explorer_params(config: dict, wildcards) -> dict:
         or [float(min(config["ablation"]["percents"]))],
         "extra_neurons": [[figure5["layer"], figure5["neuron"]]] if named else [],
     }
+
+
+def sign_cases_params(config: dict, wildcards) -> dict:
+    """What the sign cases need: the explorer settings that choose its neurons and the top tokens per case, the
+    clamped sets and Figure 5's neuron (as the explorer's), and the precision collection ran in
+    (``neurons.dtype``); not the other revisions, whose change must not rerun the model."""
+    spec = explorer_params(config, wildcards)
+    chosen = {k: spec["explorer"][k] for k in ("neurons_per_layer", "layers", "contexts")}
+    return {"explorer": chosen, "clamped_percents": spec["clamped_percents"], "extra_neurons": spec["extra_neurons"],
+            "dtype": config["neurons"]["dtype"]}  # fmt: skip

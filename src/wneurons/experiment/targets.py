@@ -73,6 +73,20 @@ def explorer_models(config: dict) -> list[str]:
     return list(config["models"]) if models is None else models
 
 
+# The families of wneurons.lm.registry.FAMILIES whose MLP is gated (an up projection beside the gate; a test keeps
+# the two equal): planning decides which checkpoints get the sign cases, and may not import the model runtime.
+GATED_FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma3", "gemma3_text"})
+
+
+def sign_cases_at(config: dict, model: str, revision: str) -> bool:
+    """Whether a checkpoint gets the gate x up sign cases of its explorer's neurons (the rule sign_cases): the
+    revision the explorer shows, of a model whose family is gated (a model without ``family`` too: its job reads
+    the family from the neuron table and writes an empty table for a family without a gate)."""
+    family = config["models"][model].get("family")
+    shown = model in explorer_models(config) and revision == final_revision(config, model)
+    return shown and (family is None or family in GATED_FAMILIES)
+
+
 def dynamics_revisions(config: dict, model: str) -> list[str]:
     """Final revision and checkpoints in step order (Fig. 2b, 2d)."""
     return by_step(revisions(config, model))
@@ -122,7 +136,7 @@ def staged_revisions(config: dict) -> list[tuple[str, str, str]]:
 def weight_readers(config: dict, model: str, revision: str) -> list[str]:
     """The outputs of every job that reads a revision's weights (not only its tokenizer): its neuron table (after
     collection), its aggregates (every clean and ablated score, the matched searches), its weight rows, and the
-    final revision's pair sample. Pruning a staged revision waits for all of them."""
+    final revision's pair sample and the explorer's sign cases. Pruning a staged revision waits for all of them."""
     readers = []
     if revision in revisions(config, model):
         readers += [
@@ -133,6 +147,8 @@ def weight_readers(config: dict, model: str, revision: str) -> list[str]:
         readers.append(paths.weight_rows(model, revision))
     if model in analysis_models(config) and revision == final_revision(config, model):
         readers.append(paths.pair_sample(model, revision))
+    if sign_cases_at(config, model, revision):
+        readers.append(paths.sign_cases(model, revision))
     return readers
 
 

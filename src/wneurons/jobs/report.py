@@ -101,6 +101,114 @@ def _decoded_top_tokens(tokenizer, ids: np.ndarray, y: np.ndarray, k: int, min_c
     return out | {"note": f"mean raw pre-activation per token over the same tokens, tokens seen ≥ {min_count} times"}
 
 
+def _explorer_tokens(shards_dir: str, wikitext_dir: str, tokenizer):
+    """The shards' index and the token stream they were collected from (WikiText-2 test, tokenized without special
+    tokens, cut to the shards' tokens): position p of a shard is ``ids[p]``. A text other than the shards' is an
+    error."""
+    from wneurons.store.data import WIKITEXT_TEST, wikitext_split
+    from wneurons.store.shards import ShardIndex
+
+    shard = ShardIndex.load(shards_dir)
+    text = wikitext_split(wikitext_dir, "test")
+    if hashlib.sha256(text.encode("utf-8")).hexdigest() != shard.meta["text_sha256"]:
+        raise ValueError(f"{shards_dir} was not collected from {wikitext_dir}/{WIKITEXT_TEST}")
+    ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"][: shard.n_tokens], dtype=np.int64)
+    return shard, ids
+
+
+def _explorer_neurons(neurons_path: str, params: dict, clamped_percents, extra_neurons) -> pl.DataFrame:
+    """The neurons the explorer lists (:func:`wneurons.report.explorer.listed_neurons`), for the explorer and for
+    the sign cases of the same neurons."""
+    from wneurons.report.explorer import listed_neurons
+
+    return listed_neurons(
+        pl.read_parquet(neurons_path), params["neurons_per_layer"], params["layers"], list(clamped_percents),
+        list(extra_neurons),
+    )  # fmt: skip
+
+
+def _sign_case_rows(tokenizer, ids: np.ndarray, frame: pl.DataFrame | None, width: int) -> list[dict]:
+    """One neuron's four sign-case rows (:mod:`wneurons.core.sign_cases`), each with its top tokens in context."""
+    from wneurons.report.explorer import token_contexts
+
+    if frame is None:
+        raise ValueError("explorer: a listed neuron has no row in the sign-case table (built for other neurons?)")
+    rows = []
+    for row in frame.sort("case").to_dicts():
+        products = dict(zip(row["top_positions"], row["top_products"], strict=True))
+        examples = token_contexts(tokenizer, ids, np.asarray(row["top_positions"], dtype=np.int64), products, width)
+        rows.append({k: row[k] for k in ("case", "gate_sign", "up_sign", "count", "fraction", "mean_abs_product",
+                                         "abs_share", "mean_product")} | {"examples": examples})  # fmt: skip
+    return rows
+
+
+def sign_cases_job(
+    spec: dict,
+    shards_dir: str,
+    neurons_path: str,
+    wikitext_dir: str,
+    out_path: str,
+    params: dict,
+    *,
+    dtype: str = "float32",
+    clamped_percents: list[float] = (1.0,),
+    extra_neurons: list[tuple[int, int]] = (),
+) -> pl.DataFrame:
+    """The gate x up sign cases (:mod:`wneurons.core.sign_cases`) of the explorer's neurons of a gated model, over
+    the tokens of its activation shards (the same windows and BOS): the model runs again in ``dtype``
+    (``neurons.dtype``, as collection did) and its gate and up projections of just those neurons are reduced
+    batch by batch (:func:`wneurons.lm.gate_up.collect_sign_cases`). ``params``, ``clamped_percents`` and
+    ``extra_neurons`` choose the neurons as :func:`explorer_job` does; ``params["contexts"]`` top tokens per case.
+    Writes ``out_path`` (parquet, one row per neuron and case, provenance in its footer) and returns it."""
+    import torch
+
+    from wneurons.core.sign_cases import SignCaseAccumulator
+    from wneurons.jobs.base import configured_model, model_provenance
+    from wneurons.lm.gate_up import collect_sign_cases
+    from wneurons.lm.registry import is_gated
+
+    start = time.perf_counter()
+    family = io.read_parquet_metadata(neurons_path).get("family") or spec.get("family")
+    # The family is known from the config, or (a model whose config names none) only now, from its neuron table.
+    if family is not None and not is_gated(family):
+        table = SignCaseAccumulator(0, 1).table(0, []).with_columns(top_tokens=pl.lit([], dtype=pl.List(pl.String)))
+        io.write_parquet(out_path, table, metadata=io.provenance(**model_provenance(spec | {"family": family}),
+                                                                 gated=False, note="not a gated MLP"))  # fmt: skip
+        log.info("sign cases %s %s: family %s is not a gated MLP: empty table", spec["name"], spec["revision"], family)
+        return table
+    listed = _explorer_neurons(neurons_path, params, clamped_percents, extra_neurons)
+    by_layer = listed.partition_by("layer", as_dict=True)
+    neurons = {int(key[0]): np.sort(frame["neuron"].to_numpy()) for key, frame in by_layer.items()}
+    with configured_model(spec, dtype) as (model, tokenizer):
+        shard, ids = _explorer_tokens(shards_dir, wikitext_dir, tokenizer)
+        window = int(shard.meta["window"])
+        windows = torch.from_numpy(ids).reshape(-1, window)
+        bos = shard.meta.get("window_bos_token") if shard.meta.get("window_bos") else None
+        table = collect_sign_cases(model, windows, neurons, k=params["contexts"], bos=bos, model_name=spec["name"])
+        prov = model_provenance(spec, model)
+    positions = table["top_positions"].to_list()
+    shown = np.unique(ids[table["top_positions"].explode().drop_nulls().to_numpy()])
+    decoded = {int(i): tokenizer.decode([int(i)]) for i in shown}
+    top_tokens = [[decoded[int(ids[p])] for p in ps] for ps in positions]  # a few per (neuron, case)
+    table = table.with_columns(top_tokens=pl.Series(top_tokens, dtype=pl.List(pl.String)))
+    meta = io.provenance(
+        **prov,
+        gated=True,
+        data="wikitext-2 test",
+        text_sha256=shard.meta["text_sha256"],
+        n_tokens=shard.n_tokens,
+        window=window,
+        window_bos_token=bos,
+        neurons_sha256=io.sha256_file(neurons_path),
+        product="act(gate) * up with the model's nonlinearity; sign '-': value < 0, '+': value >= 0",
+        top_per_case=params["contexts"],
+    )
+    io.write_parquet(out_path, table, metadata=meta)
+    log.info("sign cases %s %s: %d neurons in %d layers, %d tokens in %.1f s", spec["name"], spec["revision"],
+             listed.height, len(neurons), shard.n_tokens, time.perf_counter() - start)  # fmt: skip
+    return table
+
+
 def explorer_job(
     spec: dict,
     shards_dir: str,
@@ -115,6 +223,7 @@ def explorer_job(
     bundle: str | None = None,
     clamped_percents: list[float] = (1.0,),
     extra_neurons: list[tuple[int, int]] = (),
+    sign_cases_path: str | None = None,
 ) -> dict:
     """Build the explorer of one (model, revision) into ``out_dir``; returns a summary (neurons, seconds).
 
@@ -123,30 +232,22 @@ def explorer_job(
     ``checkpoint_tables``: revision -> neurons.parquet of the model's other revisions; ``bundle``: also write the
     site as one HTML file there (for the single-file report); ``clamped_percents``: the ablation's percents, whose
     W sets get a page for every neuron (``ablation.percents``; the paper's 1% until the rule passes them);
-    ``extra_neurons``: (layer, neuron) pairs that also get a page (e.g. Figure 5's neuron).
+    ``extra_neurons``: (layer, neuron) pairs that also get a page (e.g. Figure 5's neuron); ``sign_cases_path``:
+    the gate x up sign-case table of a gated model's listed neurons (:func:`sign_cases_job`).
     """
     from wneurons import __version__
     from wneurons.core.case_study import top_pair_table
     from wneurons.core.stats import negative_per_token_ratio
-    from wneurons.lm.registry import family_spec
+    from wneurons.lm.registry import is_gated
     from wneurons.report import explorer
-    from wneurons.store.data import WIKITEXT_TEST, wikitext_split
     from wneurons.store.sample import load_sample_layer, sample_tokens
-    from wneurons.store.shards import ShardIndex
 
     start = time.perf_counter()
-    stats = pl.read_parquet(neurons_path)
-    listed = explorer.listed_neurons(
-        stats, params["neurons_per_layer"], params["layers"], list(clamped_percents), list(extra_neurons)
-    )
+    listed = _explorer_neurons(neurons_path, params, clamped_percents, extra_neurons)
     family = io.read_parquet_metadata(neurons_path).get("family") or spec.get("family")
-    gated = bool(family) and "gate" in family_spec(family).projection
-    shard = ShardIndex.load(shards_dir)
-    text = wikitext_split(wikitext_dir, "test")
-    if hashlib.sha256(text.encode("utf-8")).hexdigest() != shard.meta["text_sha256"]:
-        raise ValueError(f"explorer: {shards_dir} was not collected from {wikitext_dir}/{WIKITEXT_TEST}")
+    gated = bool(family) and is_gated(family)
     tokenizer = configured_tokenizer(spec)
-    ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"][: shard.n_tokens], dtype=np.int64)
+    shard, ids = _explorer_tokens(shards_dir, wikitext_dir, tokenizer)
     tokens, pairs_note, sample_layers = None, "no pair sample of this model in the run (analyses pairs)", {}
     if sample_dir:
         tokens, meta = sample_tokens(sample_dir, tags_path)
@@ -154,6 +255,9 @@ def explorer_job(
     others = {
         rev: pl.read_parquet(p, columns=["layer", "neuron", "wd"]) for rev, p in (checkpoint_tables or {}).items()
     }
+    cases = {}
+    if sign_cases_path:
+        cases = pl.read_parquet(sign_cases_path).partition_by("layer", "neuron", as_dict=True)
 
     records = []
     min_count, groups = 5, explorer.token_groups(ids)
@@ -179,6 +283,10 @@ def explorer_job(
             "clamped_at": row["clamped_at"],
             "clamped": explorer.clamped_sets(row),
             "gated": gated,
+            "family": family,
+            "sign_cases": _sign_case_rows(tokenizer, ids, cases.get((layer, neuron)), params["context_tokens"])
+            if gated and sign_cases_path
+            else None,
             "top_tokens": _decoded_top_tokens(tokenizer, ids, y, params["contexts"], min_count, groups),
         }
         if tokens is not None:

@@ -26,10 +26,12 @@ __all__ = [
     "check_family",
     "context_length",
     "family_spec",
+    "is_gated",
     "nonlinearity",
     "preactivation_modules",
     "projection_weight",
     "resolve_window_bos",
+    "up_projection_modules",
 ]
 
 
@@ -49,7 +51,9 @@ class FamilySpec:
     model or config. ``conv1d`` marks GPT-2-style ``Conv1D`` projections whose weight is stored as [d_in, n].
     ``window_bos`` is the default for prepending a BOS to every activation / perplexity window: True, False, or
     None = "as the model's tokenizer does on its own" (families that hold models trained both ways);
-    ``window_bos_reason`` says why, and is recorded with every result that used the default.
+    ``window_bos_reason`` says why, and is recorded with every result that used the default. ``up_projection``:
+    in a gated MLP (down(act(gate(x)) * up(x))), the path of the up projection beside the gate (``projection``);
+    None where the MLP has no gate.
     """
 
     model_type: str
@@ -61,6 +65,7 @@ class FamilySpec:
     window_bos: bool | None
     window_bos_reason: str
     conv1d: bool = False
+    up_projection: str | None = None  # gated MLPs (act(gate) * up): the up projection's path; None: not gated
 
 
 _AS_TOKENIZER = (
@@ -76,8 +81,11 @@ _NO_BOS = (
 
 def _llama_like(model_type: str, window_bos: bool | None, reason: str) -> FamilySpec:
     # Gated MLP down(act(gate(x)) * up(x)): the neurons are the rows of gate_proj.
-    return FamilySpec(
-        model_type, ("model.layers",), "mlp.gate_proj", "mlp.act_fn", "silu", "hidden_act", window_bos, reason
+    return dataclasses.replace(
+        FamilySpec(
+            model_type, ("model.layers",), "mlp.gate_proj", "mlp.act_fn", "silu", "hidden_act", window_bos, reason
+        ),
+        up_projection="mlp.up_proj",
     )
 
 
@@ -93,6 +101,7 @@ _GEMMA3 = FamilySpec(
     True,
     "Gemma is trained with <bos> at the start of every sequence and Google's Gemma docs ask for it to be "
     "added; its tokenizer prepends one",
+    up_projection="mlp.up_proj",
 )
 
 FAMILIES: dict[str, FamilySpec] = {
@@ -212,6 +221,20 @@ def preactivation_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The pre-nonlinearity projection of every layer, in layer order (index = 0-based layer)."""
     spec = family_spec(model)
     return [_resolve(block, spec.projection) for block in _layers(model, spec)]
+
+
+def is_gated(family: str) -> bool:
+    """Whether a family's MLP is gated (act(gate) * up), so that its neurons have four gate x up sign cases."""
+    return family_spec(family).up_projection is not None
+
+
+def up_projection_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The up projection of every layer of a gated MLP, in layer order (index = 0-based layer), beside the gates
+    of :func:`preactivation_modules`; a ``ValueError`` for a family without a gate."""
+    spec = family_spec(model)
+    if spec.up_projection is None:
+        raise ValueError(f"family {spec.model_type!r} is not a gated MLP: it has no up projection beside a gate")
+    return [_resolve(block, spec.up_projection) for block in _layers(model, spec)]
 
 
 def projection_weight(module: torch.nn.Module) -> torch.Tensor:

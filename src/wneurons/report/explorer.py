@@ -10,8 +10,10 @@ tokens with the lowest and highest mean pre-activation, its most differentiated 
 labels (from the pair sample of the analyses, when there is one), its most negative and most positive contexts
 in WikiText-2 test, its WD across checkpoints and links to its neighbours.
 
-Gated MLPs (SwiGLU / GeGLU): the shards hold the gate's pre-activation only, not the up projection, so the four
-gate x up sign cases (as GLUScope shows) cannot be drawn from what the explorer reads; each page says so.
+Gated MLPs (SwiGLU / GeGLU): each page shows the neuron's four gate x up sign cases (as GLUScope does): how often
+act(gate) * up arises from gate+/up+, gate+/up-, gate-/up+ and gate-/up-, its mean size and share per case, and
+the top tokens of each case in context, from the table the rule ``sign_cases`` computes with the model
+(:mod:`wneurons.core.sign_cases`; the shards hold the gate only). A family without a gate says "not a gated MLP".
 
 Every text that comes from data is escaped with :func:`html.escape`; JSON embedded in a page escapes ``<``,
 ``>`` and ``&`` so that a token like ``</script>`` cannot end the script element. Histograms are drawn here as
@@ -127,6 +129,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}.tok{background:#fde68
 .ctx{font-family:ui-monospace,monospace;white-space:pre-wrap}.note{color:#666}
 .nn{color:#b91c1c}.pn{color:#7c3aed}.pp{color:#1d4ed8}
 .tokcell{white-space:pre;font-family:ui-monospace,monospace}.filters label{margin-right:1em}
+tr.gate-negative td{background:#fef2f2}td.case{white-space:nowrap}
 .filters input[type=search]{width:22em}.clamped{color:#b91c1c;font-weight:bold}nav.neighbours a{margin-right:1em}
 """
 
@@ -256,7 +259,7 @@ def neuron_body(rec: dict, back: str) -> str:
         "(mean 0, population std); bars: <span style='color:#dc2626'>raw pre-activation &lt; 0</span> and "
         "<span style='color:#2563eb'>≥ 0</span> (each a density, overlaid, on a log axis: the negative tail is "
         "visible), curve: N(0,1), dashed: raw zero. Values beyond ±6 are counted in the edge bins.</p>",
-        _gate_note(rec),
+        _sign_cases(rec),
         _top_tokens(rec),
         "<h2>Most differentiated pairs</h2>",
     ]
@@ -324,13 +327,54 @@ def _clamped(rec: dict) -> str:
     )
 
 
-def _gate_note(rec: dict) -> str:
+CASE_WORDS = {
+    "gate+ up+": "act(gate) > 0 scales a positive up: a positive product",
+    "gate+ up-": "act(gate) > 0 scales a negative up: a negative product",
+    "gate- up+": "a negative gate: act(gate) is small and negative, the product small and negative",
+    "gate- up-": "a negative gate times a negative up: a small positive product",
+}
+
+
+def _sign_cases(rec: dict) -> str:
+    """The gate x up sign cases of a gated MLP's neuron (GLUScope's four cases): how often each arises over the
+    explorer's tokens, the size of its product act(gate) * up, and its top tokens in context; what the page says
+    instead for a family without a gate, or when no table was computed."""
+    head = "<h2>Gate × up sign cases</h2>"
     if not rec.get("gated"):
-        return ""
+        family = f" (family {rec['family']}: one projection before the nonlinearity)" if rec.get("family") else ""
+        return f"{head}<p class='note sign-cases-none'>not a gated MLP{_e(family)}: no gate × up sign cases.</p>"
+    cases = rec.get("sign_cases")
+    if not cases:
+        return (
+            f"{head}<p class='note sign-cases-none'>not computed: no sign-case table was given to the explorer (the "
+            "rule sign_cases makes it for gated models).</p>"
+        )
+    rows = []
+    for c in cases:
+        tokens = ", ".join(f"{_e(repr(x['token']))} ({_e(_num(x['y'], 3))})" for x in c["examples"][:5])
+        examples = "".join(_context_row(x) for x in c["examples"])
+        detail = (
+            f"<details><summary>{_e(len(c['examples']))} contexts</summary><table class='case-contexts'>"
+            f"<tr><th>act(gate)·up</th><th>context</th></tr>{examples}</table></details>"
+            if c["examples"]
+            else ""
+        )
+        negative = " class='gate-negative'" if c["gate_sign"] == "-" else ""
+        rows.append(
+            f"<tr{negative}><td class='case' title='{_e(CASE_WORDS.get(c['case'], ''))}'>{_e(c['case'])}</td>"
+            f"<td class='num'>{_e(c['count'])}</td><td class='num'>{_e(_num(c['fraction'], 3))}</td>"
+            f"<td class='num'>{_e(_num(c['mean_abs_product']))}</td><td class='num'>{_e(_num(c['abs_share'], 3))}</td>"
+            f"<td class='num'>{_e(_num(c['mean_product']))}</td><td class='tokcell'>{tokens}{detail}</td></tr>"
+        )
+    gate_negative = sum(c["abs_share"] or 0.0 for c in cases if c["gate_sign"] == "-")
     return (
-        "<p class='note gate-up'>Gated MLP: these are the gate projection's pre-activations. The four gate × up "
-        "sign cases (GLUScope) need the up projection's values, which the activation shards do not hold, so they "
-        "are not shown.</p>"
+        f"{head}<p class='note'>Gated MLP: the neuron's output is act(gate)·up; the histogram above is the gate's "
+        "pre-activation. Each token falls in one case by the raw signs of gate and up (− : &lt; 0). Clamping the "
+        "negative gate pre-activations (the paper's ablation) removes the two gate− rows: here "
+        f"<b class='gate-negative-share'>{_e(_num(gate_negative, 3))}</b> of the neuron's Σ|act(gate)·up|.</p>"
+        "<table class='sign-cases'><tr><th>case</th><th>tokens</th><th>share of tokens</th>"
+        "<th>mean |act(gate)·up|</th><th>share of Σ|act(gate)·up|</th><th>mean act(gate)·up</th>"
+        f"<th>top tokens by |act(gate)·up|</th></tr>{''.join(rows)}</table>"
     )
 
 
