@@ -16,7 +16,8 @@ from wneurons.experiment import targets
 def shards_read_later(config: dict) -> set[tuple[str, str]]:
     """(model, revision) pairs whose shards a job other than the statistics reads: the final revisions of Figure 1's
     models, of the analyses' models (Figure 5's histogram reads the kept shards) and of the explorers' models; with
-    ``pairs.source: test_shards``, every revision a pair sample is drawn at. Listing one too many costs only its
+    ``pairs.source: test_shards``, every revision a pair sample is drawn at (the explorer's sign cases read the
+    explorer's revision). Listing one too many costs only its
     shards on the shared file system; one too few, a second collection (the DAG still asks for its shards)."""
     finals = [*targets.figure1_models(config), *targets.analysis_models(config), *targets.explorer_models(config)]
     read = {(m, targets.final_revision(config, m)) for m in finals if m in config["models"]}
