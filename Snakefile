@@ -7,15 +7,28 @@ min_version("9.0")
 
 # The paper's grid by default. A config given on the command line (e.g. config/demo.yaml) replaces it instead of
 # being merged into it; cluster jobs re-read the same command-line config, so they see the same grid.
+# Snakemake's own message for a YAML syntax error names neither file nor line; this one does (file:line:column). A
+# --configfile is read by Snakemake's command line before this file, so `wneurons run CONFIG` checks it instead.
 if not workflow.config_settings.configfiles:
+    import sys
+    from wneurons.experiment.config import ConfigError, load_yaml_strict
+
+    try:
+        load_yaml_strict("config/config.yaml")
+    except ConfigError as err:
+        sys.exit(str(err))
 
     configfile: "config/config.yaml"
 
 
 # `gpu` counts the GPUs of one machine (`--resources gpu=N` there) or of one submitted SLURM job, never of the whole
 # cluster: the SLURM profile's gpu=1 caps each group job at one GPU, not the cluster at one job.
+# `activations_mb` is the shared file system's budget for activation shards (profiles/slurm): global, so that under
+# SLURM the main process counts it over every allocation it submits (`disk_mb`, local by Snakemake's default, is
+# counted only inside each one). Only collect_activations declares it (its shards, wneurons.experiment.grid).
 resource_scopes:
     gpu="local",
+    activations_mb="global",
 
 
 include: "workflow/rules/common.smk"

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import subprocess
+import sys
 
 import pytest
 import yaml
-from tiny_project import make_tiny_project, snakemake, tiny_config
+from tiny_project import REPO, SNAKEMAKE, make_tiny_project, snakemake, tiny_config
 
 from wneurons.experiment import paths
 
@@ -181,6 +183,36 @@ def test_duplicate_model_name_in_yaml_stops_with_file_and_line(project):
     (project / "config.yaml").write_text(text.replace(block, block + block, 1))
     line = _one_line_error(project)
     assert "duplicate key 'tiny-llama'" in line and "config.yaml:" in line, line
+    _assert_no_job_started(project)
+
+
+BROKEN_YAML = "models:\n  tiny-llama: {family: llama\n  other: 2\n"  # an unclosed flow mapping: line 3, column 8
+
+
+def test_yaml_syntax_error_in_the_default_config_names_file_and_line(tmp_path):
+    """Plain `snakemake` with no --configfile reads config/config.yaml through the Snakefile, which names it."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/config.yaml").write_text(BROKEN_YAML)
+    cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert proc.returncode != 0 and lines == [
+        "config/config.yaml:3:8: not valid YAML: expected ',' or '}', but got ':'"
+    ]
+
+
+def test_yaml_syntax_error_in_a_configfile_plain_snakemake_names_no_file_wneurons_run_does(project):
+    """Snakemake's command line reads --configfile before the Snakefile runs, so plain `snakemake` can only print
+    its own line (README says so); `wneurons run` names file, line and column."""
+    (project / "config.yaml").write_text(BROKEN_YAML)
+    proc = snakemake(project, "-n", check=False, timeout=120)
+    assert proc.returncode != 0 and "Config file is not valid JSON or YAML" in proc.stdout + proc.stderr
+    run = subprocess.run([sys.executable, "-m", "wneurons.cli", "run", str(project / "config.yaml"), "-n"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)  # fmt: skip
+    lines = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()]
+    assert run.returncode != 0 and lines == [
+        f"{project / 'config.yaml'}:3:8: not valid YAML: expected ',' or '}}', but got ':'"
+    ]
     _assert_no_job_started(project)
 
 
