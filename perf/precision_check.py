@@ -5,8 +5,9 @@ and what each precision costs on the paper grid (docs/performance.md, "Precision
         --model gemma3=resources/models/gemma3-270m [--blimp-pairs 300 --tse-items 300 --wd-tokens 4096]
     python perf/precision_check.py cost [config/config.yaml] [--gpu h100 --utilisation 0.3]
 
-``measure`` (CPU): for each model and precision, BLiMP and TSE decisions (scored as the grid does:
-``score_blimp`` / ``score_tse``, the ``authors`` convention) on a seeded sample, and WD / MD of every neuron from
+``measure`` (the CPU, or a GPU with ``--device cuda``, where ``tf32`` is real TF32): for each model and
+precision, BLiMP and TSE decisions (scored as the grid does: ``score_blimp`` / ``score_tse``, the ``authors``
+convention) on a seeded sample, and WD / MD of every neuron from
 activation shards over the first ``--wd-tokens`` tokens of WikiText-2 test (float16 shards, exact WD, as the grid);
 then, against fp32, the decisions that flip, the largest log-prob change, the WD change and the top-1% WD cohort
 (per layer, the rule the ablations use) members that leave. Precisions:
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from collections import defaultdict
@@ -72,10 +74,11 @@ def emulate_tf32(model: torch.nn.Module) -> None:
             module.forward = forward
 
 
-def load(model_dir: str, precision: str):
+def load(model_dir: str, precision: str, device: str = "cpu"):
     from wneurons.lm.models import load_model
 
-    model, tokenizer = load_model(local_path=model_dir, dtype="fp32" if precision == "tf32-emulated" else precision)
+    dtype = "fp32" if precision == "tf32-emulated" else precision
+    model, tokenizer = load_model(local_path=model_dir, dtype=dtype, device=device)
     if precision == "tf32-emulated":
         emulate_tf32(model)
     return model, tokenizer
@@ -106,9 +109,24 @@ def neuron_table(model, tokenizer, text: str, tokens: int, window: int, out: Pat
 
 
 def run_one(model_dir: str, precision: str, blimp, tse, text: str, args) -> dict:
+    """Scores, neuron table and seconds of one model in one precision, on ``args.device`` (with TF32 on for
+    ``tf32`` on a CUDA device); the peak GPU memory in GiB there."""
+    from wneurons.lm.models import matmul_precision
+
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    with matmul_precision("fp32" if precision == "tf32-emulated" else precision, args.device):
+        row = _run_one(model_dir, precision, blimp, tse, text, args)
+    row["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+    return row
+
+
+def _run_one(model_dir: str, precision: str, blimp, tse, text: str, args) -> dict:
     from wneurons.lm.scoring import score_blimp, score_tse
 
-    model, tokenizer = load(model_dir, precision)
+    model, tokenizer = load(model_dir, precision, args.device)
     row: dict = {"precision": precision}
     start = time.perf_counter()
     row["blimp"] = score_blimp(model, tokenizer, blimp, batch_size=args.batch_size, return_pairs=True)[1]
@@ -133,7 +151,7 @@ def top_cohort(stats: pl.DataFrame, percent: float) -> set[tuple[int, int]]:
 
 def compare(ref: dict, row: dict, percent: float) -> dict:
     """What moves from ``ref`` (fp32) to ``row``: decisions, log-probs, WD, MD and the top-``percent`` WD cohort."""
-    out = {"precision": row["precision"]}
+    out = {"precision": row["precision"], "peak_gpu_gib": row.get("peak_gpu_gib")}
     for bench in ("blimp", "tse"):
         a, b = ref[bench], row[bench]
         flips = int((a["correct"] != b["correct"]).sum())
@@ -149,12 +167,20 @@ def compare(ref: dict, row: dict, percent: float) -> dict:
             "median_abs_logprob_change": float(np.nanmedian(delta)),
             "seconds": round(row[f"{bench}_s"], 1),
         }
-    wa, wb = ref["neurons"].sort("layer", "neuron"), row["neurons"].sort("layer", "neuron")
+    out["neurons"] = neuron_changes(ref["neurons"], row["neurons"], percent) | {"seconds": round(row["wd_s"], 1)}
+    return out
+
+
+def neuron_changes(ref: pl.DataFrame, table: pl.DataFrame, percent: float) -> dict:
+    """How the per-neuron statistics ``table`` differ from ``ref`` (same neurons): WD change (median / max
+    absolute, median relative), WD Spearman, MD median change, and how many of ``ref``'s top-``percent`` WD cohort
+    (per layer, the ablations' rule) are not in ``table``'s."""
+    wa, wb = ref.sort("layer", "neuron"), table.sort("layer", "neuron")
     dwd = np.abs(wa["wd"].to_numpy() - wb["wd"].to_numpy())
     rel = dwd / np.maximum(np.abs(wa["wd"].to_numpy()), 1e-12)
     dmd = np.abs(wa["md"].to_numpy() - wb["md"].to_numpy()) if "md" in wa.columns else np.array([np.nan])
     ca, cb = top_cohort(wa, percent), top_cohort(wb, percent)
-    out["neurons"] = {
+    return {
         "n_neurons": wa.height,
         "wd_median_abs_change": float(np.median(dwd)),
         "wd_max_abs_change": float(dwd.max()),
@@ -165,15 +191,15 @@ def compare(ref: dict, row: dict, percent: float) -> dict:
         "md_median_abs_change": float(np.nanmedian(dmd)),
         f"top{percent:g}pct_cohort_size": len(ca),
         f"top{percent:g}pct_cohort_left": len(ca - cb),
-        "seconds": round(row["wd_s"], 1),
     }
-    return out
 
 
 def measure(args) -> None:
+    from wneurons.lm.models import job_devices
     from wneurons.store.data import wikitext_split
 
     torch.set_num_threads(args.threads)
+    args.device = args.device or job_devices(os.environ, torch.cuda.is_available(), torch.cuda.device_count())[0]
     blimp, tse = samples(args.blimp_pairs, args.tse_items, args.seed)
     text = wikitext_split(DATA / "wikitext-2" / "raw", "test")
     report = {
@@ -185,6 +211,7 @@ def measure(args) -> None:
             "seed": args.seed,
             "threads": args.threads,
             "torch": torch.__version__,
+            "device": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu",
         },
         "models": {},
     }
@@ -192,8 +219,8 @@ def measure(args) -> None:
         ref = run_one(model_dir, "fp32", blimp, tse, text, args)
         rows = [compare(ref, ref, args.percent)]
         for precision in args.precisions.split(","):
-            if precision in ("fp32", "tf32"):
-                continue  # tf32 is fp32 on a CPU
+            if precision == "fp32" or (precision == "tf32" and not args.device.startswith("cuda")):
+                continue  # the reference; tf32 is fp32 on a CPU
             rows.append(compare(ref, run_one(model_dir, precision, blimp, tse, text, args), args.percent))
             print(json.dumps({name: rows[-1]}), flush=True)
         report["models"][name] = rows
@@ -206,14 +233,15 @@ def print_measure(report: dict, percent: float) -> None:
     s = report["sample"]
     print(
         f"\nn: {s['blimp_pairs']} BLiMP pairs, {s['tse_items']} TSE items (seed {s['seed']}), WD over {s['wd_tokens']} "
-        f"WikiText-2 test tokens (windows of {s['window']}); torch {s['torch']}, {s['threads']} threads"
+        f"WikiText-2 test tokens (windows of {s['window']}); torch {s['torch']}, {s['threads']} threads, "
+        f"{s.get('device', 'cpu')}"
     )
     print(
         "| model | precision | BLiMP decisions moved | TSE decisions moved | max abs log-prob change (nats) "
         f"| median abs WD change (rel.) | WD Spearman | top-{percent:g}% WD cohort members that leave "
-        "| s (BLiMP/TSE/WD) |"
+        "| s (BLiMP/TSE/WD) | peak GPU GiB |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for model, rows in report["models"].items():
         for r in rows:
             b, t, n = r["blimp"], r["tse"], r["neurons"]
@@ -223,7 +251,8 @@ def print_measure(report: dict, percent: float) -> None:
                 f"| {t['decisions_moved']} of {t['n']} | {lp:.3g} "
                 f"| {n['wd_median_abs_change']:.2g} ({n['wd_median_rel_change']:.1e}) | {n['wd_spearman']:.5f} "
                 f"| {n[f'top{percent:g}pct_cohort_left']} of {n[f'top{percent:g}pct_cohort_size']} "
-                f"| {b['seconds']}/{t['seconds']}/{n['seconds']} |"
+                f"| {b['seconds']}/{t['seconds']}/{n['seconds']} "
+                f"| {'-' if r.get('peak_gpu_gib') is None else format(r['peak_gpu_gib'], '.1f')} |"
             )
 
 
@@ -294,6 +323,7 @@ def main() -> None:
     m = sub.add_parser("measure", help="decisions, WD and cohorts that move from fp32, on a CPU")
     m.add_argument("--model", action="append", required=True, help="NAME=DIR of a converted model (repeatable)")
     m.add_argument("--precisions", default="bf16,tf32-emulated", help="compared with fp32 (tf32 = fp32 on a CPU)")
+    m.add_argument("--device", default=None, help="default: the jobs' (WNEURONS_DEVICE overrides)")
     m.add_argument("--blimp-pairs", type=int, default=300)
     m.add_argument("--tse-items", type=int, default=300)
     m.add_argument("--wd-tokens", type=int, default=4096)

@@ -35,6 +35,8 @@ def test_gpu_check_runs_its_four_parts_on_a_tiny_shape():
     assert "precisions on 200 sentences" in out and set(rows) == {"fp32", "tf32", "bf16"}, out
     assert rows["fp32"][3] == rows["tf32"][3] == "0" and float(rows["tf32"][4]) == 0.0, out
     assert float(rows["bf16"][4]) > 0, out
+    # ... and the shards of every layer collected in each: WD relative change and top-1% cohort members that leave.
+    assert float(rows["tf32"][7]) == 0.0 and rows["tf32"][9] == "0" and float(rows["bf16"][7]) > 0, out
 
 
 def _sequences_with_shared_prefixes(seed: int = 0, vocab: int = 200) -> tuple[np.ndarray, np.ndarray]:
