@@ -147,6 +147,8 @@ def test_paired_tables_claims_table_explorer_and_report(tiny_run):
     pages = sorted(p.name for p in (tiny_run / paths.explorer(MODEL, MAIN)).glob("*.html"))
     assert len(pages) == 4 * 5 + 1 and "index.html" in pages
     assert (tiny_run / paths.explorer_bundle(MODEL, MAIN)).stat().st_size > 0
+    page = (tiny_run / paths.explorer(MODEL, MAIN) / pages[0]).read_text()
+    assert page.count("<tr class='gate-negative'>") == 2  # a gated MLP: its four gate x up sign cases
     # The single-file report with the claims table and the explorer in it.
     snakemake(tiny_run, "--report", paths.report())
     report = (tiny_run / paths.report()).read_text()
