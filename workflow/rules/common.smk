@@ -372,9 +372,32 @@ def hub_source(wildcards):
     }
 
 
+def staging_turn(wildcards):
+    """stage_model's one input, the same for every hub revision whatever hub.stage_ahead is (so changing it never
+    restages): the revision's turn marker, ancient (a rewritten marker reruns nothing).
+    """
+    return ancient(paths.staging_turn(wildcards.model, wildcards.revision, STAGING))
+
+
+def staging_turn_inputs(wildcards):
+    """What a revision's turn waits for (hub.stage_ahead): the pruning of the revision stage_ahead + 1 places
+    before it (wneurons.experiment.targets.staging_waits_for); nothing when it may be staged at once.
+    """
+    first = targets.staging_waits_for(config, wildcards.model, wildcards.revision)
+    return (
+        [] if first is None else [paths.pruned_record(wildcards.model, first, STAGING)]
+    )
+
+
 def staged_manifests(wildcards):
-    """Every hub revision of the run, staged (the target rule stage_hub_models)."""
-    return [staged_manifest(m, r) for m, _, r in targets.staged_revisions(config)]
+    """Every hub revision of the run that hub.stage_ahead lets be staged before any job runs (the target rule
+    stage_hub_models: staging only, never the jobs a later revision's turn waits for); with stage_ahead null, all.
+    """
+    return [
+        staged_manifest(m, r)
+        for m, _, r in targets.staged_revisions(config)
+        if targets.staging_waits_for(config, m, r) is None
+    ]
 
 
 def prune_inputs(wildcards):

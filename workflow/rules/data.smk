@@ -70,6 +70,8 @@ rule stage_lmeval_tasks:
 # it, pinned to its commit and verified (only the shards weight rows read, for a step read by nothing else); a
 # revision's weights pruned once every job reading them is done.
 rule stage_model:
+    input:
+        staging_turn,
     output:
         staged_manifest("{model}", "{revision}"),
     log:
@@ -82,6 +84,15 @@ rule stage_model:
         needs=staging_needs,
     run:
         run_script("stage_model.py", input, output, params, wildcards, threads, log)
+
+
+# hub.stage_ahead: a revision's turn to be staged comes once the revision stage_ahead + 1 places before it is pruned.
+rule staging_turn:
+    input:
+        staging_turn_inputs,
+    output:
+        touch(paths.staging_turn("{model}", "{revision}", STAGING)),
+    localrule: True
 
 
 rule stage_hub_models:

@@ -17,6 +17,7 @@ rule collect_activations:
         mem_mb=job_mem_mb("collect_activations"),
         runtime=job_runtime("collect_activations"),
         disk_mb=collect_disk_mb,
+        activations_mb=collect_disk_mb,
     params:
         model=model_spec,
         collect=collect_params,

@@ -427,8 +427,10 @@ def _check_layers(config: dict) -> None:
             f"config: ablation.layer_groups.size: {size} but the ablated models have fewer layers ({listing} "
             "layers), so a group would be the whole model (the same neurons as the all-layer ablation)"
         )
+    from wneurons.experiment.targets import explorer_models  # targets imports this module
+
     explorer = config["report"]["explorer"]
-    for name in [m for m in (explorer["models"] if explorer["models"] is not None else models) if m in models]:
+    for name in [m for m in explorer_models(config) if m in models]:
         n = models[name]["num_layers"]
         if bad := [layer for layer in explorer["layers"] or [] if layer >= n]:
             raise ConfigError(f"config: report.explorer.layers: layer {bad[0]} but {name} has layers 0..{n - 1}")

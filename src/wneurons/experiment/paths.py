@@ -183,6 +183,12 @@ def pruned_record(model: str, revision: str, root: str = STAGED) -> str:
     return f"{root}/{model}/{revision}.pruned.json"
 
 
+def staging_turn(model: str, revision: str, root: str = STAGED) -> str:
+    """The empty marker that lets stage_model fetch a revision (hub.stage_ahead): written once the revision its
+    staging waits for is pruned, beside the staged directory."""
+    return f"{root}/{model}/{revision}.turn"
+
+
 def shards(model: str, revision: str) -> str:
     """Activation shards of one revision (collect_activations); temporary unless ``neurons.keep_shards``."""
     return f"{_roots.activations}/{model}/{revision}"

@@ -68,9 +68,15 @@ def pair_models(config: dict) -> list[str]:
 
 
 def explorer_models(config: dict) -> list[str]:
-    """Models with a neuron explorer (``report.explorer.models``; null: every model)."""
+    """Models with a neuron explorer (``report.explorer.models``; null: the models of Figure 1 and Figure 5, whose
+    neurons the figures show; not Figure 1's ReLU contrast). An explorer keeps its model's final-revision shards
+    until it has read them (up to 448 GB each: docs/performance.md)."""
     models = config["report"]["explorer"]["models"]
-    return list(config["models"]) if models is None else models
+    if models is not None:
+        return models
+    figures = config["figures"]
+    named = [figures["figure1"]["model"] or next(iter(config["models"])), figures["figure5"]["model"]]
+    return list(dict.fromkeys(m for m in named if m))
 
 
 # The families of wneurons.lm.registry.FAMILIES whose MLP is gated (an up projection beside the gate; a test keeps
@@ -169,6 +175,32 @@ def pruned_revisions(config: dict, model: str) -> list[str]:
         return []
     final = final_revision(config, model)
     return [r for r in hub_revisions(config, model) if prune == "all" or r != final]
+
+
+def staging_order(config: dict, model: str) -> list[str]:
+    """The pruned revisions of a model in the order they are staged under ``hub.stage_ahead``: the final revision
+    first (when pruned: every checkpoint's ablations read its neuron table, so it cannot wait for them), then by
+    training step (in the config's order where a revision is not named step<N>)."""
+    pruned = pruned_revisions(config, model)
+    final = [r for r in pruned if r == final_revision(config, model)]
+    rest = [r for r in pruned if r not in final]
+    try:
+        rest = by_step(rest)
+    except ValueError:
+        pass
+    return [*final, *rest]
+
+
+def staging_waits_for(config: dict, model: str, revision: str) -> str | None:
+    """The revision whose pruning lets ``revision`` be staged: with ``hub.stage_ahead: N``, the one N + 1 places
+    earlier in :func:`staging_order`, so at most N + 1 pruned revisions of a model are on disk at once (one in use,
+    N staged ahead of it). None: staged at once (one of the first N + 1, a revision that is kept, no bound)."""
+    ahead = config["hub"]["stage_ahead"]
+    order = staging_order(config, model)
+    if ahead is None or revision not in order:
+        return None
+    index = order.index(revision) - ahead - 1
+    return order[index] if index >= 0 else None
 
 
 def prune_targets(config: dict) -> list[str]:
