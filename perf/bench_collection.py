@@ -118,6 +118,7 @@ def main() -> None:
     work = Path(args.dir or tempfile.mkdtemp(prefix="bench-collection-"))
     result: dict = {"variants": {}, "bytes_identical": None}
     seconds: dict[str, list[float]] = {v: [] for v in variants}
+    cpu: dict[str, list[float]] = {v: [] for v in variants}  # process CPU time: steadier than wall on a shared CPU
     peak: dict[str, float] = {}
     host_bytes: dict[str, int | None] = {}
     kwargs = dict(
@@ -133,40 +134,51 @@ def main() -> None:
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
                     torch.cuda.reset_peak_memory_stats()
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 meta = variants[variant](model, tokenizer, text, out, **kwargs)
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
                     peak[variant] = max(peak.get(variant, 0.0), torch.cuda.max_memory_allocated() / 2**30)
                 seconds[variant].append(time.perf_counter() - start)
+                cpu[variant].append(time.process_time() - start_cpu)
                 host_bytes[variant] = meta.get("host_buffer_bytes")
                 written[variant] = shard_bytes(out) if repeat == 0 and len(variants) == 2 else None
                 shutil.rmtree(out)
-                print(f"  {variant:<7}repeat {repeat}: {seconds[variant][-1]:8.2f} s", flush=True)
+                print(
+                    f"  {variant:<7}repeat {repeat}: {seconds[variant][-1]:8.2f} s wall, {cpu[variant][-1]:8.2f} s CPU",
+                    flush=True,
+                )
             if written.get("before") is not None:
                 result["bytes_identical"] = written["before"] == written["after"]
     if args.dir is None:
         shutil.rmtree(work, ignore_errors=True)
     n_tokens = meta["n_tokens"]
-    print(f"\n{'variant':<8}{'median s':>10}{'tokens/s':>12}{'peak GPU GiB':>14}{'host buffers MiB':>18}")
+    print(f"\n{'variant':<8}{'median s':>10}{'CPU s':>8}{'tokens/s':>12}{'peak GPU GiB':>14}{'host buffers MiB':>18}")
     for variant, times in seconds.items():
         median = statistics.median(times)
         mib = None if host_bytes[variant] is None else host_bytes[variant] / 2**20
         result["variants"][variant] = {
             "seconds": [round(t, 3) for t in times],
             "median_seconds": round(median, 3),
+            "cpu_seconds": [round(t, 3) for t in cpu[variant]],
+            "median_cpu_seconds": round(statistics.median(cpu[variant]), 3),
             "tokens_per_second": round(n_tokens / median, 1),
             "peak_gpu_gib": round(peak[variant], 2) if variant in peak else None,
             "host_buffer_mib": None if mib is None else round(mib, 1),
         }
         print(
-            f"{variant:<8}{median:>10.2f}{n_tokens / median:>12,.0f}{peak.get(variant, float('nan')):>14.2f}"
+            f"{variant:<8}{median:>10.2f}{statistics.median(cpu[variant]):>8.2f}{n_tokens / median:>12,.0f}"
+            f"{peak.get(variant, float('nan')):>14.2f}"
             f"{float('nan') if mib is None else mib:>18.1f}"
         )
     if len(variants) == 2:
         ratio = statistics.median(seconds["after"]) / statistics.median(seconds["before"])
-        result["after_over_before"] = round(ratio, 3)
-        print(f"after / before (median seconds): {ratio:.3f}; shards byte-identical: {result['bytes_identical']}")
+        cpu_ratio = statistics.median(cpu["after"]) / statistics.median(cpu["before"])
+        result |= {"after_over_before": round(ratio, 3), "after_over_before_cpu": round(cpu_ratio, 3)}
+        print(
+            f"after / before (medians): {ratio:.3f} wall, {cpu_ratio:.3f} CPU time; "
+            f"shards byte-identical: {result['bytes_identical']}"
+        )
     result |= {"device": name, "tokens": n_tokens, "args": vars(args), "torch": torch.__version__}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
