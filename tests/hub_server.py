@@ -11,6 +11,9 @@ records any that arrive). What it implements is what the clients call:
 - ``HEAD``/``GET /{repo}/resolve/{rev}/{file}``: ``X-Repo-Commit`` and ``ETag`` (the git blob id) on plain files,
   a 302 to the CDN with ``X-Linked-Etag`` (sha256) and ``X-Linked-Size`` on LFS files; byte ranges (206,
   ``Content-Range``) on both servers;
+- dataset repositories (keys ``datasets/{repo}`` in :attr:`HubServer.repos`): the same answers under
+  ``/api/datasets/...`` and ``/datasets/{repo}/resolve/...``, and ``POST /api/datasets/{repo}/paths-info/{rev}``,
+  what ``datasets`` (through ``HfFileSystem``) calls; ``.parquet`` files are LFS files, as on the hub;
 - the hub's error answers, with ``X-Error-Code`` / ``X-Error-Message``: a gated file without a token (401) or with a
   token that has no access (403) is ``GatedRepo``; an unknown revision is 404 ``RevisionNotFound``; a missing file
   404 ``EntryNotFound``; an unknown repo 401 ``RepoNotFound``;
@@ -44,7 +47,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 # Stored in git LFS, as the hub's default .gitattributes has it; every other file is a plain git blob.
-LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".parquet")
+DATASETS = "datasets/"  # the key prefix of dataset repositories in HubServer.repos (their URLs' prefix too)
 LOOPBACK = "127.0.0.1"
 
 
@@ -275,10 +279,37 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, b"no such object", head=head)
         if segments[:2] == ["api", "models"] and len(segments) >= 4:
             return self._api("/".join(segments[2:4]), segments[4:], query, head)
+        if segments[:2] == ["api", "datasets"] and len(segments) >= 4:
+            return self._api(DATASETS + "/".join(segments[2:4]), segments[4:], query, head)
+        prefix = DATASETS if segments[0] == DATASETS.rstrip("/") else ""
+        segments = segments[1:] if prefix else segments
         if len(segments) >= 5 and segments[2] == "resolve":
-            repo_id, revision = "/".join(segments[:2]), unquote(segments[3])
+            repo_id, revision = prefix + "/".join(segments[:2]), unquote(segments[3])
             return self._resolve(repo_id, revision, unquote("/".join(segments[4:])), head)
         self._send(404, b"not found", head=head)
+
+    def do_POST(self) -> None:
+        """``POST /api/datasets/{repo}/paths-info/{rev}`` (form ``paths=...``): what ``HfFileSystem.info`` asks."""
+        hub = self.hub
+        with hub._lock:
+            hub.requests.append((self.server.role, "POST", self.path, None))  # type: ignore[attr-defined]
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        segments = urlsplit(self.path).path.split("/")[1:]
+        if segments[:2] != ["api", "datasets"] or len(segments) < 6 or segments[4] != "paths-info":
+            return self._send(404, b"not found")
+        repo = self._repo(DATASETS + "/".join(segments[2:4]), False)
+        commit = repo and self._commit(repo, unquote(segments[5]), False)
+        if commit is None:
+            return
+        asked = parse_qs(body).get("paths", [])
+        files = repo.commits[commit]
+        entries = [self._entry(n, files[n]) for n in asked if n in files]
+        entries += [
+            {"type": "directory", "oid": git_blob_id(p.encode()), "size": 0, "path": p}
+            for p in asked
+            if p not in files and any(n.startswith(p.rstrip("/") + "/") for n in files)
+        ]
+        self._json(entries, False)
 
     def _repo(self, repo_id: str, head: bool) -> Repo | None:
         repo = self.hub.repos.get(repo_id)
@@ -307,8 +338,8 @@ class _Handler(BaseHTTPRequestHandler):
             siblings = [self._sibling(name, data, blobs) for name, data in sorted(repo.commits[commit].items())]
             info = {
                 "_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24],
-                "id": repo_id,
-                "modelId": repo_id,
+                "id": repo_id.removeprefix(DATASETS),
+                "modelId": repo_id.removeprefix(DATASETS),
                 "sha": commit,
                 "private": False,
                 "gated": "manual" if repo.gated else False,
@@ -347,16 +378,21 @@ class _Handler(BaseHTTPRequestHandler):
             if "/" in rest and not recursive:
                 folders.add(prefix + rest.split("/")[0])
                 continue
-            entry = {"type": "file", "oid": git_blob_id(data), "size": len(data), "path": name}
-            if name.endswith(LFS_SUFFIXES):
-                pointer = lfs_pointer(data)
-                entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": len(pointer)}
-                entry["oid"] = git_blob_id(pointer)
-            entries.append(entry)
+            entries.append(self._entry(name, data))
         entries += [
             {"type": "directory", "oid": git_blob_id(f.encode()), "size": 0, "path": f} for f in sorted(folders)
         ]
         self._json(entries, head)
+
+    @staticmethod
+    def _entry(name: str, data: bytes) -> dict:
+        """A file as the tree and paths-info answers list it."""
+        entry = {"type": "file", "oid": git_blob_id(data), "size": len(data), "path": name}
+        if name.endswith(LFS_SUFFIXES):
+            pointer = lfs_pointer(data)
+            entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": len(pointer)}
+            entry["oid"] = git_blob_id(pointer)
+        return entry
 
     def _resolve(self, repo_id: str, revision: str, name: str, head: bool) -> None:
         repo = self._repo(repo_id, head)

@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -206,7 +207,7 @@ def stage_hub_tasks(tasks: Iterable[str] = tuple(HUB_SUITE), out_path: str | os.
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    loaded = TaskManager().load(list(tasks))["tasks"]
+    loaded = _load_each(TaskManager(), list(tasks), datasets.__version__)
     record: dict[str, Any] = {
         "lm_eval_version": lm_eval.__version__,
         "datasets_version": datasets.__version__,
@@ -229,6 +230,30 @@ def stage_hub_tasks(tasks: Iterable[str] = tuple(HUB_SUITE), out_path: str | os.
     if out_path is not None:
         write_json(out_path, record)
     return record
+
+
+def _load_each(manager: Any, tasks: list[str], datasets_version: str) -> dict:
+    """lm-eval's tasks loaded one by one (their datasets fetched); a task that cannot be loaded (a repository with
+    a loading script, which ``datasets`` >= 4 refuses; one that is gone or gated) is a ValueError with one line per
+    such task, naming it, the dataset its YAML names and the library's own message."""
+    loaded, problems = {}, []
+    for name in tasks:
+        try:
+            loaded |= manager.load([name])["tasks"]
+        except Exception as err:  # noqa: BLE001 - every task's failure is named, not only the first
+            entry = manager.task_index.get(name)
+            text = Path(entry.yaml_path).read_text() if entry and entry.yaml_path else ""
+            found = dict(re.findall(r"^(dataset_path|dataset_name): *(\S+)", text, flags=re.MULTILINE))
+            dataset = " ".join(
+                v for v in (found.get("dataset_path"), found.get("dataset_name")) if v not in (None, "null")
+            )
+            message = " ".join(str(err).split())
+            problems.append(
+                f"capability task {name} (dataset {dataset or '?'}, datasets {datasets_version}): {message}"
+            )
+    if problems:
+        raise ValueError("\n".join(problems))
+    return loaded
 
 
 def stage_hub_tasks_into(cache_dir: str | os.PathLike, tasks: Iterable[str] = tuple(HUB_SUITE)) -> dict:
@@ -273,7 +298,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--cache-dir", required=True, help="the HF datasets cache the compute nodes will read")
     parser.add_argument("--tasks", nargs="+", default=list(HUB_SUITE), help="lm-eval task names")
     args = parser.parse_args(argv)
-    return stage_hub_tasks_into(args.cache_dir, args.tasks)
+    try:
+        return stage_hub_tasks_into(args.cache_dir, args.tasks)
+    except ValueError as err:  # a task that cannot be staged: its line(s), no traceback
+        sys.exit(str(err))
 
 
 if __name__ == "__main__":
