@@ -82,3 +82,14 @@ def test_explorers_default_to_the_models_of_figures_1_and_5(paper):
     assert targets.explorer_models(cfg) == ["pythia-70m", "pythia-12b"]  # Figure 1 without a model: the first
     cfg["report"]["explorer"]["models"] = []
     assert targets.explorer_models(cfg) == []
+
+
+def test_the_preflight_checks_free_space_against_the_bounded_peak():
+    from wneurons.lm.hub import peak_bytes
+
+    needed = {("m", "final"): 10, ("m", "a"): 5, ("m", "b"): 7, ("m", "c"): 3, ("n", "x"): 4}
+    pruned = {"m": ["a", "b", "c"], "n": ["x"]}
+    assert peak_bytes(needed, pruned, None) == 29  # everything at once
+    assert peak_bytes(needed, pruned, 0) == 10 + 7 + 4  # kept + the largest pruned one, per model
+    assert peak_bytes(needed, pruned, 1) == 10 + 7 + 5 + 4
+    assert peak_bytes(needed, pruned, 9) == 29

@@ -156,6 +156,8 @@ def hub_preflight():
             staged=staged,
             finals={m: final_revision(m) for m in staged},
             mode=config["training"]["integrity"],
+            pruned={m: targets.pruned_revisions(config, m) for m in staged},
+            stage_ahead=config["hub"]["stage_ahead"],
         )
     for line in notes:
         print(f"hub preflight: {line}", file=sys.stderr)

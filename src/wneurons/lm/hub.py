@@ -719,6 +719,8 @@ def staging_preflight(
     endpoint: str | None = None,
     timeout: float = PREFLIGHT_TIMEOUT,
     disk_free: Callable[[str | os.PathLike], int] = free_bytes,
+    pruned: Mapping[str, Collection[str]] | None = None,
+    stage_ahead: int | None = None,
 ) -> tuple[list[str], list[str], dict[tuple[str, str], int]]:
     """Before any download or job, from the hub's file metadata (``model_info(files_metadata=True)``: size and
     sha256 of every file, no file content but each sharded revision's index and, without a family, its config):
@@ -730,7 +732,8 @@ def staging_preflight(
       identical to another or to the final one, or sharing a weight file with another, is one line with the
       ``training.integrity`` choice ``mode``;
     - the bytes the revisions need (less what earlier attempts fetched) against the free space on ``staging_dir``
-      (``disk_free``): one line when they do not fit.
+      (``disk_free``): one line when they do not fit; with ``stage_ahead`` (hub.stage_ahead), the most they hold
+      at once (:func:`peak_bytes`, ``pruned``: model -> the revisions pruned once read).
 
     Returns ``(problems, notes, bytes per (model, revision))``: problems stop the run (integrity lines when
     ``mode`` is ``error``), notes are integrity lines under ``drop`` (the gate drops and records those revisions
@@ -784,12 +787,30 @@ def staging_preflight(
         if len(files) > 1:
             lines, _ = weight_integrity(model, files, (finals or {}).get(model, ""), mode)
             (problems if mode == "error" else notes).extend(lines)
-    total = sum(needed.values())
+    total = peak_bytes(needed, pruned or {}, stage_ahead)
     free = disk_free(staging_dir)
     if total > free:
+        at_once = "" if stage_ahead is None else f" at most {stage_ahead + 1} pruned ones of a model at once,"
         problems.append(
-            f"hub.staging_dir {staging_dir}: the {_plural(len(needed), 'revision')} to stage need {_gb(total)}, "
-            f"{_gb(free)} are free there: free space, point hub.staging_dir at a larger file system, or stage "
-            "a few revisions at a time (README, step by step)"
+            f"hub.staging_dir {staging_dir}: the {_plural(len(needed), 'revision')} to stage need{at_once} "
+            f"{_gb(total)}, {_gb(free)} are free there: free space, point hub.staging_dir at a larger file system, "
+            "or lower hub.stage_ahead"
         )
     return problems, notes, needed
+
+
+def peak_bytes(
+    needed: Mapping[tuple[str, str], int], pruned: Mapping[str, Collection[str]], stage_ahead: int | None
+) -> int:
+    """The most bytes ``needed`` ((model, revision) -> bytes) holds on disk at once: all of it without a bound
+    (``stage_ahead`` None); else per model its kept revisions (not in ``pruned[model]``) and the ``stage_ahead`` + 1
+    largest pruned ones (hub.stage_ahead: each of that many lanes holds one staged, unpruned revision at a time)."""
+    if stage_ahead is None:
+        return sum(needed.values())
+    total = 0
+    for model in {m for m, _ in needed}:
+        sizes = {r: n for (m, r), n in needed.items() if m == model}
+        gone = set(pruned.get(model, ()))
+        total += sum(n for r, n in sizes.items() if r not in gone)
+        total += sum(sorted((n for r, n in sizes.items() if r in gone), reverse=True)[: stage_ahead + 1])
+    return total
