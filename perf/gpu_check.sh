@@ -28,11 +28,13 @@ if [ "${GPU_CHECK_SIZE:-full}" = tiny ]; then
     CHECK=(--shape tiny --scale 0.005 --batch-size 64 --precision-sentences 200 --precision-tokens 2048)
     MEASURE=(--blimp-pairs 10 --tse-items 10 --wd-tokens 2048 --window 1024 --batch-size 16)
     MODELS=(smollm2=resources/models/smollm2-135m)
+    LIMITS=(300 600 900)  # a shared CPU: minutes, not seconds
 else
     COLLECTION=(--shape pythia-1.4b --precision bf16 --tokens 16384 --window 2048 --repeats 2)
     CHECK=(--precision-sentences 20000 --precision-tokens 8192 --collect-tokens 16384)
     MEASURE=(--blimp-pairs 1000 --tse-items 1000 --wd-tokens 16384 --window 2048 --batch-size 64)
     MODELS=(smollm2=resources/models/smollm2-135m gemma3=resources/models/gemma3-270m)
+    LIMITS=(60 300 90)
 fi
 BEFORE=none
 git cat-file -e 7099757:src/wneurons/lm/activations.py 2> /dev/null && BEFORE=7099757
@@ -48,13 +50,13 @@ step() {  # step NAME SECONDS COMMAND...: run it within SECONDS, report how it e
     [ $rc -eq 0 ] || failed=1
 }
 
-step collection 60 "$PYTHON" perf/bench_collection.py "${COLLECTION[@]}" --before "$BEFORE" \
+step collection "${LIMITS[0]}" "$PYTHON" perf/bench_collection.py "${COLLECTION[@]}" --before "$BEFORE" \
     --out "$OUT/bench_collection.json"
-step gpu_check 300 "$PYTHON" perf/gpu_check.py "${CHECK[@]}" --out-json "$OUT/gpu_check.json" "$@"
+step gpu_check "${LIMITS[1]}" "$PYTHON" perf/gpu_check.py "${CHECK[@]}" --out-json "$OUT/gpu_check.json" "$@"
 present=()
 for model in "${MODELS[@]}"; do [ -f "${model#*=}/config.json" ] && present+=(--model "$model"); done
 if [ ${#present[@]} -gt 0 ] && [ -d ../shared/data/blimp ] && [ -d ../shared/data/tse ]; then
-    step precision_check 90 "$PYTHON" perf/precision_check.py measure "${present[@]}" "${MEASURE[@]}" \
+    step precision_check "${LIMITS[2]}" "$PYTHON" perf/precision_check.py measure "${present[@]}" "${MEASURE[@]}" \
         --precisions tf32,bf16 --out "$OUT/precision_check.json"
 else
     echo "=== precision_check: skipped (no converted models in resources/models or no ../shared/data)"
