@@ -64,6 +64,22 @@ def test_no_bound_stages_everything_at_once(paper):
     )
 
 
+def test_file_targets_order_only_the_revisions_they_name(paper):
+    """A target of one checkpoint never waits for revisions nobody asked for; a target of several checkpoints (a
+    figure) or a rule name keeps the whole grid's lanes."""
+    cfg = hub(paper, stage_ahead=0)
+    late = targets.staging_order(cfg, "pythia-1.4b")[5]
+    assert targets.staging_waits_for(cfg, "pythia-1.4b", late) is not None  # the grid's lanes: it waits
+    scope = targets.staging_scope(cfg, [f"results/pythia-1.4b/{late}/blimp.json"])
+    assert scope == {"pythia-1.4b": {late}}
+    assert targets.staging_waits_for(cfg, "pythia-1.4b", late, scope) is None
+    two = targets.staging_order(cfg, "pythia-1.4b")[4:6]
+    scope = targets.staging_scope(cfg, [f"./results/pythia-1.4b/{r}/neurons.parquet" for r in two])
+    assert targets.staging_waits_for(cfg, "pythia-1.4b", two[1], scope) == two[0]  # the bound among the named
+    for unscoped in ([], ["all"], ["results/figures/figure2b.pdf"], [f"results/pythia-1.4b/{late}", "all"]):
+        assert targets.staging_scope(cfg, unscoped) is None
+
+
 @pytest.mark.parametrize("value", [-1, "two", 1.5])
 def test_a_bad_stage_ahead_is_one_line_naming_key_and_value(paper, value):
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())

@@ -5,6 +5,7 @@ wneurons.experiment.targets, the ablation grid in wneurons.experiment.grid; the 
 helpers below (functions of a job's wildcards).
 """
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -381,11 +382,23 @@ def staging_turn(wildcards):
     return ancient(paths.staging_turn(wildcards.model, wildcards.revision, STAGING))
 
 
+# hub.stage_ahead orders the staging of the revisions the run's targets name: the whole grid for `all` (and inside
+# an allocation, whose inner run is given jobs, not files), only the named ones for file targets, so that
+# `snakemake results/pythia-1.4b/step50000/blimp.json` never waits for the work of revisions nobody asked for.
+# Read when the DAG is built: Snakemake sets the targets only after this file is parsed.
+@functools.cache
+def staging_scope():
+    return targets.staging_scope(config, workflow.dag_settings.targets)
+
+
 def staging_turn_inputs(wildcards):
     """What a revision's turn waits for (hub.stage_ahead): the pruning of the revision stage_ahead + 1 places
-    before it (wneurons.experiment.targets.staging_waits_for); nothing when it may be staged at once.
+    before it among the run's revisions (wneurons.experiment.targets.staging_waits_for, staging_scope); nothing
+    when it may be staged at once.
     """
-    first = targets.staging_waits_for(config, wildcards.model, wildcards.revision)
+    first = targets.staging_waits_for(
+        config, wildcards.model, wildcards.revision, staging_scope()
+    )
     return (
         [] if first is None else [paths.pruned_record(wildcards.model, first, STAGING)]
     )

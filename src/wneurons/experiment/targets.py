@@ -6,6 +6,8 @@ Snakefile's ``all``) and the tests enumerate the same targets. Paths come from :
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from wneurons.experiment import paths
 from wneurons.experiment.config import ConfigError
 from wneurons.experiment.grid import (
@@ -177,11 +179,15 @@ def pruned_revisions(config: dict, model: str) -> list[str]:
     return [r for r in hub_revisions(config, model) if prune == "all" or r != final]
 
 
-def staging_order(config: dict, model: str) -> list[str]:
+def staging_order(config: dict, model: str, scope: dict[str, set[str]] | None = None) -> list[str]:
     """The pruned revisions of a model in the order they are staged under ``hub.stage_ahead``: the final revision
     first (when pruned: every checkpoint's ablations read its neuron table, so it cannot wait for them), then by
-    training step (in the config's order where a revision is not named step<N>)."""
+    training step (in the config's order where a revision is not named step<N>). ``scope``: the revisions per model
+    that the run's own targets name (:func:`staging_scope`); only those are ordered, so a target of one revision
+    never waits for the work of revisions nobody asked for. None: the whole grid (``all``)."""
     pruned = pruned_revisions(config, model)
+    if scope is not None:
+        pruned = [r for r in pruned if r in scope.get(model, ())]
     final = [r for r in pruned if r == final_revision(config, model)]
     rest = [r for r in pruned if r not in final]
     try:
@@ -191,16 +197,47 @@ def staging_order(config: dict, model: str) -> list[str]:
     return [*final, *rest]
 
 
-def staging_waits_for(config: dict, model: str, revision: str) -> str | None:
+def staging_waits_for(config: dict, model: str, revision: str, scope: dict[str, set[str]] | None = None) -> str | None:
     """The revision whose pruning lets ``revision`` be staged: with ``hub.stage_ahead: N``, the one N + 1 places
-    earlier in :func:`staging_order`, so at most N + 1 pruned revisions of a model are on disk at once (one in use,
-    N staged ahead of it). None: staged at once (one of the first N + 1, a revision that is kept, no bound)."""
+    earlier in :func:`staging_order` (over ``scope``), so at most N + 1 pruned revisions of a model are on disk at
+    once (one in use, N staged ahead of it). None: staged at once (one of the first N + 1, a revision that is kept
+    or outside the scope, no bound)."""
     ahead = config["hub"]["stage_ahead"]
-    order = staging_order(config, model)
+    order = staging_order(config, model, scope)
     if ahead is None or revision not in order:
         return None
     index = order.index(revision) - ahead - 1
     return order[index] if index >= 0 else None
+
+
+def staging_scope(config: dict, requested: Iterable[str]) -> dict[str, set[str]] | None:
+    """The hub revisions a run's requested targets name, per model, for :func:`staging_order`: each target must lie
+    inside one checkpoint's results, staged directory or shards (``results/pythia-1.4b/step50000/blimp.json``).
+    None (the whole grid's lanes) when nothing is requested (the default target ``all``) or when any target is a
+    rule name or a file of several checkpoints (a figure, the report), whose DAG may stage the whole grid."""
+    requested = [t.removeprefix("./").rstrip("/") for t in requested]
+    if not requested:
+        return None
+    root = staging_root(config)
+    owners = {}
+    for model in hub_models(config):
+        for revision in hub_revisions(config, model):
+            for folder in (
+                paths.checkpoint_dir(model, revision),
+                paths.staged_dir(model, revision, root),
+                paths.shards(model, revision),
+                paths.kept_shards(model, revision),
+            ):
+                owners[folder] = (model, revision)
+    scope: dict[str, set[str]] = {}
+    for target in requested:
+        parts = target.split("/")
+        folders = ("/".join(parts[:i]) for i in range(len(parts), 0, -1))  # the target, then its parents
+        owner = next((owners[f] for f in folders if f in owners), None)
+        if owner is None:
+            return None
+        scope.setdefault(owner[0], set()).add(owner[1])
+    return scope
 
 
 def prune_targets(config: dict) -> list[str]:
