@@ -119,6 +119,7 @@ def main() -> None:
     result: dict = {"variants": {}, "bytes_identical": None}
     seconds: dict[str, list[float]] = {v: [] for v in variants}
     cpu: dict[str, list[float]] = {v: [] for v in variants}  # process CPU time: steadier than wall on a shared CPU
+    hooks: dict[str, list[float]] = {v: [] for v in variants}  # index.json's seconds_in_hooks: the changed code alone
     peak: dict[str, float] = {}
     host_bytes: dict[str, int | None] = {}
     kwargs = dict(
@@ -141,11 +142,13 @@ def main() -> None:
                     peak[variant] = max(peak.get(variant, 0.0), torch.cuda.max_memory_allocated() / 2**30)
                 seconds[variant].append(time.perf_counter() - start)
                 cpu[variant].append(time.process_time() - start_cpu)
+                hooks[variant].append(meta["seconds_in_hooks"])
                 host_bytes[variant] = meta.get("host_buffer_bytes")
                 written[variant] = shard_bytes(out) if repeat == 0 and len(variants) == 2 else None
                 shutil.rmtree(out)
                 print(
-                    f"  {variant:<7}repeat {repeat}: {seconds[variant][-1]:8.2f} s wall, {cpu[variant][-1]:8.2f} s CPU",
+                    f"  {variant:<7}repeat {repeat}: {seconds[variant][-1]:7.2f} s wall, {cpu[variant][-1]:7.2f} s CPU,"
+                    f"{hooks[variant][-1]:7.2f} s in hooks",
                     flush=True,
                 )
             if written.get("before") is not None:
@@ -153,7 +156,10 @@ def main() -> None:
     if args.dir is None:
         shutil.rmtree(work, ignore_errors=True)
     n_tokens = meta["n_tokens"]
-    print(f"\n{'variant':<8}{'median s':>10}{'CPU s':>8}{'tokens/s':>12}{'peak GPU GiB':>14}{'host buffers MiB':>18}")
+    print(
+        f"\n{'variant':<8}{'median s':>10}{'CPU s':>8}{'hooks s':>9}{'tokens/s':>12}{'peak GPU GiB':>14}"
+        f"{'host buffers MiB':>18}"
+    )
     for variant, times in seconds.items():
         median = statistics.median(times)
         mib = None if host_bytes[variant] is None else host_bytes[variant] / 2**20
@@ -162,21 +168,29 @@ def main() -> None:
             "median_seconds": round(median, 3),
             "cpu_seconds": [round(t, 3) for t in cpu[variant]],
             "median_cpu_seconds": round(statistics.median(cpu[variant]), 3),
+            "seconds_in_hooks": [round(t, 3) for t in hooks[variant]],
+            "median_seconds_in_hooks": round(statistics.median(hooks[variant]), 3),
             "tokens_per_second": round(n_tokens / median, 1),
             "peak_gpu_gib": round(peak[variant], 2) if variant in peak else None,
             "host_buffer_mib": None if mib is None else round(mib, 1),
         }
         print(
-            f"{variant:<8}{median:>10.2f}{statistics.median(cpu[variant]):>8.2f}{n_tokens / median:>12,.0f}"
+            f"{variant:<8}{median:>10.2f}{statistics.median(cpu[variant]):>8.2f}"
+            f"{statistics.median(hooks[variant]):>9.2f}{n_tokens / median:>12,.0f}"
             f"{peak.get(variant, float('nan')):>14.2f}"
             f"{float('nan') if mib is None else mib:>18.1f}"
         )
     if len(variants) == 2:
         ratio = statistics.median(seconds["after"]) / statistics.median(seconds["before"])
         cpu_ratio = statistics.median(cpu["after"]) / statistics.median(cpu["before"])
-        result |= {"after_over_before": round(ratio, 3), "after_over_before_cpu": round(cpu_ratio, 3)}
+        hook_ratio = statistics.median(hooks["after"]) / statistics.median(hooks["before"])
+        result |= {
+            "after_over_before": round(ratio, 3),
+            "after_over_before_cpu": round(cpu_ratio, 3),
+            "after_over_before_hooks": round(hook_ratio, 3),
+        }
         print(
-            f"after / before (medians): {ratio:.3f} wall, {cpu_ratio:.3f} CPU time; "
+            f"after / before (medians): {ratio:.3f} wall, {cpu_ratio:.3f} CPU time, {hook_ratio:.3f} in hooks; "
             f"shards byte-identical: {result['bytes_identical']}"
         )
     result |= {"device": name, "tokens": n_tokens, "args": vars(args), "torch": torch.__version__}
