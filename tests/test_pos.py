@@ -119,3 +119,22 @@ def test_surprisal_by_pos_means_sem_and_bootstrap():
         assert row["mean_nll_clean"] == pytest.approx((m - 0.1)[sel].mean())
     assert table["upos"][0] == "DET"  # sorted by value, DET carries the excess
     assert (table["n"] * table["mean_shifted_dnll"]).sum() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_surprisal_by_pos_reports_no_window_ci_under_ten_windows():
+    """4 windows give 35 distinct resamples: no CI, and the table says why (the project's 10-unit floor)."""
+    rng = np.random.default_rng(2)
+    n = 200
+    tokens = pl.DataFrame(
+        {
+            "window": np.repeat(np.arange(4), 50),
+            "upos": rng.choice(["DET", "NOUN"], n),
+            "nll_w": rng.normal(3, 1, n),
+            "nll_m": rng.normal(3, 1, n),
+            "nll_clean": rng.normal(3, 1, n),
+        }
+    )
+    table, _ = surprisal_by_pos(tokens, n_boot=100, seed=0)
+    assert table["ci_lo"].is_nan().all() and table["ci_hi"].is_nan().all()
+    assert set(table["ci_note"]) == {"no CI from 4 windows (a bootstrap needs 10)"}
+    assert table["sem"].is_finite().all()  # the per-token SEM stays

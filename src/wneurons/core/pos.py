@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from wneurons.core.uncertainty import mean_and_sem
+from wneurons.core.uncertainty import MIN_RESAMPLING_UNITS, mean_and_sem
 
 SPECIAL = "SPECIAL"  # a token with no characters in the text (BOS, ...): char_start = -1
 UNTAGGED = "X"  # a token that no spaCy token overlaps or contains
@@ -117,7 +117,8 @@ def surprisal_by_pos(
 ) -> tuple[pl.DataFrame, float]:
     """Per UPOS class: n, mean shifted ΔNLL, SEM (ddof=1), a bootstrap CI over windows (the global shift
     recomputed in each resample), and the mean NLL of each condition. ``tokens``: one row per scored token with
-    window, upos, nll_w, nll_m, nll_clean (nats). Returns (table sorted by mean, g)."""
+    window, upos, nll_w, nll_m, nll_clean (nats). Under MIN_RESAMPLING_UNITS windows the CI is NaN and ``ci_note``
+    says why. Returns (table sorted by mean, g)."""
     shifted, g = shifted_differences(tokens["nll_w"].to_numpy(), tokens["nll_m"].to_numpy())
     frame = tokens.with_columns(dnll=pl.Series(shifted))
     table = (
@@ -154,5 +155,9 @@ def surprisal_by_pos(
         means = s_b / n_b - (s_b.sum(axis=1) / n_b.sum(axis=1))[:, None]
     alpha = (1 - ci) / 2 * 100
     lo, hi = np.nanpercentile(means, [alpha, 100 - alpha], axis=0)
-    table = table.with_columns(ci_lo=pl.Series(lo), ci_hi=pl.Series(hi), g=pl.lit(g))
+    note = ""
+    if windows.size < MIN_RESAMPLING_UNITS:  # a bootstrap over 4 windows has 35 distinct resamples: no CI
+        lo, hi = np.full(len(classes), np.nan), np.full(len(classes), np.nan)
+        note = f"no CI from {windows.size} windows (a bootstrap needs {MIN_RESAMPLING_UNITS})"
+    table = table.with_columns(ci_lo=pl.Series(lo), ci_hi=pl.Series(hi), g=pl.lit(g), ci_note=pl.lit(note))
     return table.sort("mean_shifted_dnll", descending=True), g
