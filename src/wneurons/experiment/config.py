@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 import jsonschema
 import yaml
 
+from wneurons.experiment.grid import explorer_models
+
 
 class ConfigError(ValueError):
     """A config problem; the message is one line that names the offending key."""
@@ -427,8 +429,6 @@ def _check_layers(config: dict) -> None:
             f"config: ablation.layer_groups.size: {size} but the ablated models have fewer layers ({listing} "
             "layers), so a group would be the whole model (the same neurons as the all-layer ablation)"
         )
-    from wneurons.experiment.targets import explorer_models  # targets imports this module
-
     explorer = config["report"]["explorer"]
     for name in [m for m in explorer_models(config) if m in models]:
         n = models[name]["num_layers"]

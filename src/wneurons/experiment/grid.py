@@ -252,3 +252,15 @@ def shard_bytes(config: dict, model: str, layers: list[int] | None) -> int:
     y = n_layers * d_ff * tokens * SHARD_BYTES[neurons["shard_dtype"]]
     x = n_layers * neurons["md_tokens"] * (d_ff // 4) * 4
     return y + x
+
+
+def explorer_models(config: dict) -> list[str]:
+    """Models with a neuron explorer (``report.explorer.models``; null: the models of Figure 1 and Figure 5, whose
+    neurons the figures show; not Figure 1's ReLU contrast). An explorer keeps its model's final-revision shards
+    until it has read them (up to 448 GB each: docs/performance.md)."""
+    models = config["report"]["explorer"]["models"]
+    if models is not None:
+        return models
+    figures = config["figures"]
+    named = [figures["figure1"]["model"] or next(iter(config["models"])), figures["figure5"]["model"]]
+    return list(dict.fromkeys(m for m in named if m))

@@ -15,6 +15,7 @@ from wneurons.experiment.grid import (
     ablated_checkpoints,
     benchmarks_at,
     conditions_for,
+    explorer_models,
     single_layer_scopes,
 )
 from wneurons.store.checkpoints import by_step
@@ -67,18 +68,6 @@ def ablation_models(config: dict) -> list[str]:
 def pair_models(config: dict) -> list[str]:
     """Training models whose MD cohort's pair signs are followed (Fig. 6b)."""
     return [m for m in training_models(config) if m in config["training"]["pair_models"]]
-
-
-def explorer_models(config: dict) -> list[str]:
-    """Models with a neuron explorer (``report.explorer.models``; null: the models of Figure 1 and Figure 5, whose
-    neurons the figures show; not Figure 1's ReLU contrast). An explorer keeps its model's final-revision shards
-    until it has read them (up to 448 GB each: docs/performance.md)."""
-    models = config["report"]["explorer"]["models"]
-    if models is not None:
-        return models
-    figures = config["figures"]
-    named = [figures["figure1"]["model"] or next(iter(config["models"])), figures["figure5"]["model"]]
-    return list(dict.fromkeys(m for m in named if m))
 
 
 # The families of wneurons.lm.registry.FAMILIES whose MLP is gated (an up projection beside the gate; a test keeps
