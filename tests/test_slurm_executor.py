@@ -211,3 +211,35 @@ def test_earlier_allocations_of_this_directory_are_found(monkeypatch, tmp_path):
     monkeypatch.setattr(executor.subprocess, "run", lambda *a, **k: Done())
     found = executor.earlier_allocations(str(tmp_path.resolve()), user="u")
     assert [f.split()[0] for f in found] == ["101", "102"]
+
+
+def test_a_failed_allocation_is_waited_for_until_its_processes_ended(monkeypatch):
+    """TIMEOUT / CANCELLED come while the allocation's processes still have KillWait seconds, in which a member can
+    finish and record itself: the ledger is read only once squeue no longer lists the job running or completing."""
+    answers = iter(["TIMEOUT\n", "COMPLETING\n", "COMPLETING\n", "TIMEOUT\n"])
+    asked = []
+
+    class Answer:
+        returncode, stderr = 0, ""
+
+        def __init__(self, stdout):
+            self.stdout = stdout
+
+    def squeue(cmd, **kw):
+        asked.append(cmd)
+        return Answer(next(answers))
+
+    monkeypatch.setattr(executor.subprocess, "run", squeue)
+    monkeypatch.setattr(executor.time, "sleep", lambda s: None)
+    # The first answer is already terminal (nothing listed as active): a job that never completed is not waited on.
+    assert executor.wait_until_gone("7") and len(asked) == 1
+    assert executor.wait_until_gone("7") and len(asked) == 4  # COMPLETING twice, then gone
+    assert asked[0] == ["squeue", "-h", "-j", "7", "-o", "%T"]
+
+    class Gone:
+        returncode, stdout, stderr = 1, "", "slurm_load_jobs error: Invalid job id specified"
+
+    monkeypatch.setattr(executor.subprocess, "run", lambda cmd, **kw: Gone())
+    assert executor.wait_until_gone("7")
+    monkeypatch.setattr(executor.subprocess, "run", lambda cmd, **kw: Answer("RUNNING\n"))
+    assert not executor.wait_until_gone("7", timeout=0)

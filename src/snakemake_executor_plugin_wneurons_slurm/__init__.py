@@ -23,6 +23,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import snakemake_executor_plugin_slurm as slurm_plugin
@@ -44,6 +45,9 @@ GROUP_VARIABLE = "WNEURONS_SLURM_GROUP"
 # token into the job's environment or slurmctld's job record (compute jobs read staged files only).
 SECRET_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_TOKEN")
 # SLURM states of an allocation that an earlier run may still be using (squeue's long names).
+# Seconds a failed allocation's processes get to end before its ledger is read (above any site's KillWait, 30 s
+# by default): report_job_error waits for them.
+GONE_TIMEOUT_S = 300
 ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "STAGE_OUT"}
 
 
@@ -116,6 +120,27 @@ def earlier_allocations(workdir: str, user: str | None = None) -> list[str]:
     return found
 
 
+def wait_until_gone(jobid: str, timeout: float = GONE_TIMEOUT_S, poll: float = 1.0) -> bool:
+    """Wait until SLURM no longer has ``jobid`` running or completing. A time limit, a cancel or a preemption makes
+    the job's state terminal at once, while its processes get SIGTERM and KillWait seconds to end; a member that
+    finishes in them writes its outputs and its ledger record. Read before that, the ledger would call it
+    unfinished and its outputs would be deleted (seen: a member finished 6 s after its allocation's TIMEOUT, then
+    ran again). True once gone; False when squeue cannot say or ``timeout`` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            out = subprocess.run(["squeue", "-h", "-j", jobid, "-o", "%T"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        if out.returncode != 0:  # "Invalid job id specified": past MinJobAge, long gone
+            return "Invalid job id" in out.stderr
+        if not ACTIVE_STATES & set(out.stdout.split()):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+
+
 def _without_secrets(get_submit_command):
     """The slurm plugin's sbatch command builder, with the command run under ``env -u`` of every secret."""
 
@@ -171,6 +196,11 @@ class Executor(SlurmExecutor):
 
     def report_job_error(self, job_info, msg=None, **kwargs) -> None:
         job = job_info.job
+        if not wait_until_gone(job_info.external_jobid):
+            self.logger.warning(
+                f"wneurons-slurm: SLURM job {job_info.external_jobid} still listed after {GONE_TIMEOUT_S} s; "
+                "its members are judged by the ledger as it is now"
+            )
         left, total = unfinished(job, self.manifest_of(job)), len(members_of(job))
         # One line with the checkpoint, the cause and what is kept: Snakemake's own error lists every member.
         cause = (msg or "failed").splitlines()[0]
