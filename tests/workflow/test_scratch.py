@@ -15,7 +15,8 @@ from wneurons.jobs.neurons import SCRATCH_FOLDER
 SCRATCH_MODEL = "tiny-llama-b"
 
 
-def test_statistics_collected_in_scratch_are_byte_identical_to_the_shared_file_system_run(tmp_path, monkeypatch):
+def scratch_project(tmp_path) -> tuple:
+    """The tiny project with SCRATCH_MODEL beside Figure 1's model: (root, config path, config, its neuron table)."""
     root = tmp_path / "project"
     config_path = make_tiny_project(root)
     config = yaml.safe_load(config_path.read_text())
@@ -23,7 +24,11 @@ def test_statistics_collected_in_scratch_are_byte_identical_to_the_shared_file_s
     config["figures"]["figure1"]["model"] = "tiny-llama"
     config["report"] = {"explorer": {"models": []}}
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    target = paths.neurons(SCRATCH_MODEL, "main")
+    return root, config_path, config, paths.neurons(SCRATCH_MODEL, "main")
+
+
+def test_statistics_collected_in_scratch_are_byte_identical_to_the_shared_file_system_run(tmp_path, monkeypatch):
+    root, config_path, config, target = scratch_project(tmp_path)
 
     # Without scratch: collect_activations, then neuron_stats from resources/activations.
     assert dry_run_jobs(root, target) == {"fetch_data": 1, "collect_activations": 1, "neuron_stats": 1}

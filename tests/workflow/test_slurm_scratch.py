@@ -6,8 +6,8 @@ of a local run that collects through the shared file system."""
 import pytest
 import yaml
 from slurm_cluster import allocation_logs, cluster_up, finish, run_slurm
-from test_scratch import SCRATCH_MODEL
-from tiny_project import dry_run_jobs, make_tiny_project, snakemake
+from test_scratch import SCRATCH_MODEL, scratch_project
+from tiny_project import dry_run_jobs, snakemake
 
 from wneurons.experiment import paths
 from wneurons.jobs.neurons import SCRATCH_FOLDER
@@ -16,14 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not cluster_up(), reason="no 
 
 
 def test_scratch_inside_an_allocation_gives_the_local_runs_statistics(tmp_path):
-    root = tmp_path / "project"
-    config_path = make_tiny_project(root)
-    config = yaml.safe_load(config_path.read_text())
-    config["models"][SCRATCH_MODEL] = dict(config["models"]["tiny-llama"])
-    config["figures"]["figure1"]["model"] = "tiny-llama"
-    config["report"] = {"explorer": {"models": []}}
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    target = paths.neurons(SCRATCH_MODEL, "main")
+    root, config_path, config, target = scratch_project(tmp_path)
 
     # The reference: a local run, collection and statistics as two jobs through resources/activations.
     snakemake(root, "--cores", "2", target)
