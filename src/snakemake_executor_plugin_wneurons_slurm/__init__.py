@@ -196,7 +196,8 @@ class Executor(SlurmExecutor):
 
     def report_job_error(self, job_info, msg=None, **kwargs) -> None:
         job = job_info.job
-        if not wait_until_gone(job_info.external_jobid):
+        # No SLURM job id: sbatch refused the submission, so nothing ran and nothing is waited for.
+        if job_info.external_jobid and not wait_until_gone(str(job_info.external_jobid)):
             self.logger.warning(
                 f"wneurons-slurm: SLURM job {job_info.external_jobid} still listed after {GONE_TIMEOUT_S} s; "
                 "its members are judged by the ledger as it is now"
