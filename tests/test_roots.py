@@ -74,7 +74,8 @@ def test_every_target_of_a_config_lies_under_its_roots(tmp_path):
 @pytest.mark.parametrize(
     ("name", "expected"),
     [("config", "results"), ("demo", "results"), ("replication-smollm2", "results-replication-smollm2")]
-    + [("replication-gemma3", "results-replication-gemma3"), ("decisive-smollm2", "results-decisive-smollm2")],
+    + [("replication-gemma3", "results-replication-gemma3"), ("decisive-smollm2", "results-decisive-smollm2")]
+    + [("decisive-gemma3", "results-decisive-gemma3")],
 )
 def test_each_shipped_config_has_its_own_results_dir(name, expected):
     raw = yaml.safe_load((ROOT / f"config/{name}.yaml").read_text())
