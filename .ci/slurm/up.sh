@@ -80,7 +80,7 @@ fi
 running=0
 for d in $DAEMONS; do alive "$d" && running=$((running + 1)); done
 # A cluster of an older up.sh (other limits) is restarted too.
-configured() { grep -q "MaxTime=$MAXTIME .*PreemptMode=REQUEUE" "$BASE/etc/slurm.conf" 2>/dev/null && grep -q '^EnforcePartLimits=ALL' "$BASE/etc/slurm.conf"; }
+configured() { grep -q "MaxTime=$MAXTIME .*PreemptMode=REQUEUE" "$BASE/etc/slurm.conf" 2>/dev/null && grep -q '^EnforcePartLimits=ALL' "$BASE/etc/slurm.conf" && grep -q '^ProctrackType=proctrack/pgid' "$BASE/etc/slurm.conf"; }
 if [ "$running" = 3 ] && configured && [[ "$(node_state)" =~ ^(idle|mixed|allocated)$ ]] && smoke_test; then
   log "cluster already up under $BASE"
   sinfo -p "$PARTITION"
@@ -136,7 +136,12 @@ SlurmctldPidFile=$BASE/run/slurmctld.pid
 SlurmdPidFile=$BASE/run/slurmd.pid
 SlurmctldLogFile=$BASE/log/slurmctld.log
 SlurmdLogFile=$BASE/log/slurmd.log
-ProctrackType=proctrack/linuxproc
+# A job's processes are tracked by process group, as a real site's cgroups track them: when the batch script dies on
+# SIGTERM (a time limit, a cancel, a preemption), a child that traps SIGTERM keeps its process group and is killed
+# KillWait seconds later, and the job stays COMPLETING until it is gone. proctrack/linuxproc walks the parent chain
+# instead: the orphaned child escaped it, the job left squeue at once and the allocation finished a member after
+# its retry had started (test_allocation_killed_by_its_time_limit, 2026-12-02).
+ProctrackType=proctrack/pgid
 TaskPlugin=task/none
 SchedulerType=sched/backfill
 # Cores AND memory are consumable, as on real clusters: a job's --mem is reserved on the node.

@@ -125,7 +125,9 @@ def wait_until_gone(jobid: str, timeout: float = GONE_TIMEOUT_S, poll: float = 1
     the job's state terminal at once, while its processes get SIGTERM and KillWait seconds to end; a member that
     finishes in them writes its outputs and its ledger record. Read before that, the ledger would call it
     unfinished and its outputs would be deleted (seen: a member finished 6 s after its allocation's TIMEOUT, then
-    ran again). True once gone; False when squeue cannot say or ``timeout`` seconds passed."""
+    ran again). This rests on the site killing every process of the job before it leaves squeue (proctrack/cgroup
+    or pgid: .ci/slurm/up.sh); under proctrack/linuxproc a process that outlives its batch script escapes, and the
+    job is gone while it still runs. True once gone; False when squeue cannot say or ``timeout`` seconds passed."""
     deadline = time.monotonic() + timeout
     while True:
         try:
