@@ -80,7 +80,10 @@ fi
 running=0
 for d in $DAEMONS; do alive "$d" && running=$((running + 1)); done
 # A cluster of an older up.sh (other limits) is restarted too.
-configured() { grep -q "MaxTime=$MAXTIME .*PreemptMode=REQUEUE" "$BASE/etc/slurm.conf" 2>/dev/null && grep -q '^EnforcePartLimits=ALL' "$BASE/etc/slurm.conf" && grep -q '^ProctrackType=proctrack/pgid' "$BASE/etc/slurm.conf"; }
+configured() {
+  grep -q "MaxTime=$MAXTIME .*PreemptMode=REQUEUE" "$BASE/etc/slurm.conf" 2>/dev/null &&
+    grep -q '^EnforcePartLimits=ALL' "$BASE/etc/slurm.conf" && grep -q '^ProctrackType=proctrack/pgid' "$BASE/etc/slurm.conf"
+}
 if [ "$running" = 3 ] && configured && [[ "$(node_state)" =~ ^(idle|mixed|allocated)$ ]] && smoke_test; then
   log "cluster already up under $BASE"
   sinfo -p "$PARTITION"
