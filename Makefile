@@ -56,8 +56,9 @@ browser:
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
+# --durations: the slowest tests in every log (CI's time budget is spent mostly by a few of them).
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 lint: install
 	$(BIN)/ruff check src tests workflow/scripts perf
