@@ -263,3 +263,14 @@ def test_single_layer_scopes_enumerate_one_job_per_layer_and_benchmark(tiny_run)
     subset = _single_layer_outputs(tiny_run, [0, 2])
     scopes = _single_layer_jsons(range(4))
     assert {scopes[o] for o in subset} == {"l1", "l3"} and len(subset) == 6
+
+
+def test_jobs_that_unlock_ablations_start_before_clean_scoring_ready_with_them(tmp_path):
+    """On 2 cores, with the data fetched, the two-thread statistics pass and the one-thread clean scorings are ready
+    together: the statistics pass starts first (its priority), not after the clean scorings left it no two cores."""
+    make_tiny_project(tmp_path)
+    snakemake(tmp_path, "--cores", "2", *(paths.dataset(name) for name in ("blimp", "tse", "wikitext2")))
+    clean = [paths.clean(MODEL, MAIN, bench) for bench in BENCHMARKS]
+    out = snakemake(tmp_path, "--cores", "2", paths.neurons(MODEL, MAIN), *clean).stderr
+    started = re.findall(r"^\s*(?:local)?rule (\w+):$", out, flags=re.MULTILINE)
+    assert started[:2] == ["collect_activations", "neuron_stats"], started

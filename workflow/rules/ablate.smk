@@ -33,6 +33,7 @@ rule matched_search:
         paths.log_file("matched_search", "{model}/{revision}/{scope}/p{percent}"),
     benchmark:
         paths.benchmark_file("matched_search", "{model}/{revision}/{scope}/p{percent}")
+    priority: UNLOCKS_ABLATIONS
     group:
         allocation("matched_search")
     threads: 1

@@ -225,6 +225,12 @@ PLANNER = allocations.Planner(config, SITE)
 ALLOCATION_GROUPS = "gpu-allocation"
 # What every member of a GPU allocation asks beyond its work: the site's GPU partition, QOS, constraint, GPU type.
 GPU_SITE = SITE.gpu_resources()
+# Scheduling priority of the jobs that unlock a checkpoint's ablations (the statistics pass: the cohorts; the matched
+# search: the matched control): started before clean scoring that is ready at the same time. Without it, on 2 cores, a
+# two-thread statistics pass of seconds waits behind a one-thread clean BLiMP scoring (there 45 minutes) while the
+# other core idles and no ablation starts (the Gemma-3 decisive run, 2026-12-02;
+# tests/workflow/test_tiny_workflow.py fails without it).
+UNLOCKS_ABLATIONS = 1
 
 
 def planned(ask, rule_name, wildcards):

@@ -8,6 +8,7 @@ rule collect_activations:
         paths.log_file("collect_activations", "{model}/{revision}"),
     benchmark:
         paths.benchmark_file("collect_activations", "{model}/{revision}")
+    priority: UNLOCKS_ABLATIONS
     group:
         allocation("collect_activations")
     threads: 2
@@ -38,6 +39,7 @@ rule neuron_stats:
         paths.log_file("neuron_stats", "{model}/{revision}"),
     benchmark:
         paths.benchmark_file("neuron_stats", "{model}/{revision}")
+    priority: UNLOCKS_ABLATIONS
     group:
         allocation("neuron_stats")
     threads: 2
