@@ -101,8 +101,9 @@ def test_the_snakemake_targets_the_docs_name_exist():
             config, targets = _snakemake_targets(words)
             by_config.setdefault(config, set()).update(targets)
     for config, targets in by_config.items():
-        cmd = [sys.executable, "-m", "snakemake", "-n", *(["--configfile", config] if config else [])]
-        cmd += [*sorted(targets), "--quiet", "rules"]  # --quiet takes a list: last
+        # targets first: --configfile and --quiet take lists, so whatever follows them is theirs
+        cmd = [sys.executable, "-m", "snakemake", "-n", *sorted(targets)]
+        cmd += [*(["--configfile", config] if config else []), "--quiet", "rules"]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
         missing = _missing_gguf(config)
         if missing:
