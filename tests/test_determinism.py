@@ -19,31 +19,37 @@ import torch
 from wneurons.jobs import inprocess
 from wneurons.lm.scoring import batched_logprob_sums
 
-# Token-id sequences of the tiny vocabulary, 5 to 59 tokens long. Batches of one sequence: on these, 1 and 2
-# intra-op threads give different float32 sums for several sequences (checked below), so the test can fail.
+# Token-id sequences of the tiny vocabulary, 5 to 59 tokens long, scored in batches of one sequence.
 _RNG = np.random.default_rng(28)
 _LENGTHS = _RNG.integers(5, 60, 24)
 OFFSETS = np.concatenate([[0], np.cumsum(_LENGTHS)])
 TOKENS = _RNG.integers(3, 200, int(OFFSETS[-1]))
+# Whether the tiny model's small matmuls split by the thread count depends on the CPU (MKL picks its kernels by
+# instruction set: on some machines 1 and 2 threads give the same scores). ATen's float32 sum of a long vector
+# splits by the thread count on every CPU, so each job also sums one of these after every batch, in its own
+# thread: the premise below then holds everywhere and the concurrency test can always fail.
+PROBES = torch.from_numpy(_RNG.standard_normal((8, 100_000)).astype(np.float32))
 COUNTS = (1, 2)
 # Two jobs side by side per round, as Snakemake's thread pool runs them. The first round leaves both worker
 # threads at 2 threads; the later rounds reuse those threads for jobs of 1 thread, then mix the counts.
 ROUNDS = [(2, 2), (1, 1), (1, 2), (2, 1), (1, 1), (2, 2)]
 
 
-def score_job(model, threads: int, step=None) -> tuple[np.ndarray, set[int]]:
-    """Log-prob sums of every sequence scored as a job of ``threads`` threads, and the thread counts torch
-    reported in this OS thread after each batch."""
+def score_job(model, threads: int, step=None) -> tuple[np.ndarray, np.ndarray, set[int]]:
+    """Log-prob sums of every sequence scored as a job of ``threads`` threads, the float32 probe sums it computed
+    after each batch, and the thread counts torch reported in this OS thread after each batch."""
     seen: set[int] = set()
+    probes: list[torch.Tensor] = []
 
     def progress(done: int, total: int) -> None:
         seen.add(torch.get_num_threads())
+        probes.append(PROBES[done % len(PROBES)].sum())
         if step is not None:
             step()
 
     with inprocess.torch_threads(threads):
         sums = batched_logprob_sums(model, TOKENS, OFFSETS, batch_size=1, progress=progress)
-    return sums, seen
+    return sums, torch.stack(probes).numpy(), seen
 
 
 @pytest.fixture(scope="module")
@@ -52,23 +58,25 @@ def serial():
     from conftest import build_tiny_model
 
     model = build_tiny_model("llama")
-    scores = {}
+    scores, probes = {}, {}
     for n in COUNTS:
         with ThreadPoolExecutor(1) as pool:
-            scores[n], seen = pool.submit(score_job, model, n).result()
+            scores[n], probes[n], seen = pool.submit(score_job, model, n).result()
         assert seen == {n}
-    return model, scores
+    return model, scores, probes
 
 
 def test_the_thread_count_changes_the_bits(serial):
-    """The premise: without it the concurrency test below could not fail."""
-    _, scores = serial
-    assert scores[1].tobytes() != scores[2].tobytes()
+    """The premise: without it the concurrency test below could not fail. The scores themselves agree to
+    float32 rounding whatever the count (on some CPUs bit for bit)."""
+    _, scores, probes = serial
+    assert probes[1].tobytes() != probes[2].tobytes()
+    np.testing.assert_allclose(probes[1], probes[2], rtol=0, atol=1e-2)
     np.testing.assert_allclose(scores[1], scores[2], rtol=0, atol=1e-4)
 
 
 def test_concurrent_jobs_of_equal_and_different_counts_give_the_serial_bytes(serial):
-    model, scores = serial
+    model, scores, probes = serial
     with ThreadPoolExecutor(2) as pool:
         for counts in ROUNDS:
             # Both jobs wait for each other after every batch: they compute side by side the whole time. A
@@ -76,8 +84,11 @@ def test_concurrent_jobs_of_equal_and_different_counts_give_the_serial_bytes(ser
             lockstep = threading.Barrier(len(counts), timeout=60)
             jobs = [pool.submit(score_job, model, n, lockstep.wait) for n in counts]
             for n, job in zip(counts, jobs, strict=True):
-                sums, seen = job.result()
+                sums, probe, seen = job.result()
                 assert seen == {n}, f"round {counts}: a {n}-thread job computed with {seen} threads"
+                assert probe.tobytes() == probes[n].tobytes(), (
+                    f"round {counts}: a {n}-thread job beside another summed its probes with other bits"
+                )
                 assert sums.tobytes() == scores[n].tobytes(), (
                     f"round {counts}: a {n}-thread job beside another differs from its serial run by up to "
                     f"{np.abs(sums - scores[n]).max():.3g} nats"
