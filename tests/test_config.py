@@ -121,6 +121,8 @@ BAD = [
     (("ablation", "mode"), "sideways", "mode"),
     (("evaluation", "convention"), "mine", "convention"),
     (("evaluation", "batch_size"), 2.5, "batch_size"),
+    (("evaluation", "blimp_pairs_offset"), -1, "blimp_pairs_offset"),
+    (("evaluation", "tse_items_offset"), "10", "tse_items_offset"),
     (("neurons", "wd_method"), "approx", "wd_method"),
     (("neurons", "md_pairs"), 5000, "md_pairs"),
     (("data", "blimp", "checksums"), "resources/checksums/missing.sha256", "data.blimp.checksums"),

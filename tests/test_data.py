@@ -565,6 +565,30 @@ def test_subsample_is_seeded_and_none_is_identity():
     assert not first.equals(subsample_per_group(frame, "group", 5, 8))
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_subsample_offset_continues_the_seeded_order(seed):
+    # An offset of k takes the ranks after the first k: disjoint from the first k, and together they are the
+    # first k + n (a confirmatory run on unseen items; group b runs out of rows after 7).
+    frame = grouped_frame({"a": 40, "b": 7, "c": 120})
+    first = subsample_per_group(frame, "group", 5, seed)
+    after = subsample_per_group(frame, "group", 11, seed, offset=5)
+    assert set(first["row"]).isdisjoint(after["row"])
+    assert (
+        sorted(first["row"].to_list() + after["row"].to_list())
+        == subsample_per_group(frame, "group", 16, seed)["row"].to_list()
+    )
+    assert dict(after.group_by("group").len().rows()) == {"a": 11, "b": 2, "c": 11}
+    rest = subsample_per_group(frame, "group", None, seed, offset=5)
+    assert sorted(first["row"].to_list() + rest["row"].to_list()) == frame["row"].to_list()
+    assert subsample_per_group(frame, "group", 3, seed, offset=200).height == 0
+
+
+@pytest.mark.parametrize("offset", [-1, 1.5, True, None])
+def test_subsample_rejects_a_bad_offset(offset):
+    with pytest.raises(ValueError, match="offset must be a non-negative int"):
+        subsample_per_group(grouped_frame({"a": 3}), "group", 2, 0, offset=offset)
+
+
 def test_subsample_is_identical_in_a_fresh_interpreter():
     # A fresh process with another hash seed must draw the same rows (no dependence on set/dict order).
     code = (

@@ -90,6 +90,14 @@ def test_runtime_comes_from_work_not_from_the_model_alone():
     assert blimp != ppl and big > 5 * blimp
 
 
+def test_blimp_work_counts_the_pairs_an_offset_leaves():
+    # 1,000 pairs per paradigm: at offset 990 only 10 are left to score, whatever blimp_pairs_per_paradigm says.
+    per = {"blimp_pairs_per_paradigm": 100}
+    assert allocations.blimp_tokens(per | {"blimp_pairs_offset": 990}) == allocations.blimp_tokens(per) / 10
+    assert allocations.blimp_tokens(per | {"blimp_pairs_offset": 900}) == allocations.blimp_tokens(per)
+    assert allocations.blimp_tokens(per | {"blimp_pairs_offset": 1000}) == 0
+
+
 # ---------------------------------------------------------------- the site file
 @pytest.mark.parametrize(
     ("text", "message"),

@@ -48,10 +48,12 @@ CPU_MEMBERS = ("neuron_stats", "weight_rows")
 
 def blimp_tokens(evaluation: dict) -> float:
     per = evaluation.get("blimp_pairs_per_paradigm") or BLIMP_PAIRS_PER_PARADIGM
-    return 2 * BLIMP_PARADIGMS * min(per, BLIMP_PAIRS_PER_PARADIGM) * BLIMP_TOKENS_PER_SENTENCE
+    left = max(BLIMP_PAIRS_PER_PARADIGM - evaluation.get("blimp_pairs_offset", 0), 0)
+    return 2 * BLIMP_PARADIGMS * min(per, left) * BLIMP_TOKENS_PER_SENTENCE
 
 
 def tse_tokens(evaluation: dict) -> float:
+    # tse_items_offset is left out: subtasks differ in size, and an upper bound only pads the walltime estimate.
     per = evaluation.get("tse_items_per_subtask")
     sentences = TSE_SENTENCES if per is None else min(TSE_SENTENCES, TSE_SENTENCES / TSE_ITEMS * TSE_SUBTASKS * per)
     return sentences * TSE_TOKENS_PER_SENTENCE

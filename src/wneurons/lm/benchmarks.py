@@ -30,15 +30,19 @@ class Benchmark(NamedTuple):
 
 
 def blimp_pairs(data_dir: str, evaluation: dict) -> pl.DataFrame:
-    """The BLiMP pairs scored: ``evaluation.blimp_pairs_per_paradigm`` per paradigm (seeded; null = all)."""
+    """The BLiMP pairs scored: ``evaluation.blimp_pairs_per_paradigm`` per paradigm (seeded; null = all), after
+    the seeded order's first ``evaluation.blimp_pairs_offset`` (absent = 0)."""
     blimp = data.load_blimp(data_dir)
-    return data.subsample_per_group(blimp, "paradigm", evaluation["blimp_pairs_per_paradigm"], evaluation["seed"])
+    per, offset = evaluation["blimp_pairs_per_paradigm"], evaluation.get("blimp_pairs_offset", 0)
+    return data.subsample_per_group(blimp, "paradigm", per, evaluation["seed"], offset)
 
 
 def tse_items(data_dir: str, evaluation: dict) -> pl.DataFrame:
-    """The TSE items scored: ``evaluation.tse_items_per_subtask`` per task (seeded; null = all)."""
+    """The TSE items scored: ``evaluation.tse_items_per_subtask`` per task (seeded; null = all), after the seeded
+    order's first ``evaluation.tse_items_offset`` (absent = 0)."""
     tse = data.load_tse(data_dir, evaluation.get("tse_format", "pickle"))
-    return data.subsample_per_group(tse, "task", evaluation["tse_items_per_subtask"], evaluation["seed"])
+    per, offset = evaluation["tse_items_per_subtask"], evaluation.get("tse_items_offset", 0)
+    return data.subsample_per_group(tse, "task", per, evaluation["seed"], offset)
 
 
 def validation_text(data_dir: str, evaluation: dict) -> str:

@@ -447,22 +447,33 @@ def wikitext_split(data_dir: str | os.PathLike, split: str) -> str:
     return load_wikitext(Path(data_dir) / names[split])
 
 
-def subsample_per_group(frame: pl.DataFrame, by: str, n: int | None, seed: int) -> pl.DataFrame:
+def _non_negative_int(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | np.integer) and value >= 0
+
+
+def subsample_per_group(frame: pl.DataFrame, by: str, n: int | None, seed: int, offset: int = 0) -> pl.DataFrame:
     """At most ``n`` rows of each ``by`` group, uniformly without replacement, in the frame's original order.
 
-    Groups with fewer than ``n`` rows are kept whole; ``n=None`` returns ``frame`` unchanged. The draw gives
-    every row a uniform key from ``numpy.random.default_rng(seed)`` (PCG64: identical on every machine) and
-    keeps the ``n`` smallest keys per group, so the result depends only on the frame, ``n`` and ``seed``.
+    The draw gives every row a uniform key from ``numpy.random.default_rng(seed)`` (PCG64: identical on every
+    machine) and keeps, per group, the rows whose key ranks ``offset + 1`` to ``offset + n`` (``n=None``: every
+    rank above ``offset``), so the result depends only on the frame, ``n``, ``seed`` and ``offset``. Groups with
+    fewer rows give what they have; ``n=None`` with ``offset=0`` returns ``frame`` unchanged. Why an offset: with
+    the same seed, a draw at offset k shares no row with any draw of at most k per group, so a confirmatory run
+    scores items its sizing run never saw (a draw with another seed would overlap it at random).
     """
-    if n is None:
+    if not (n is None or _non_negative_int(n)):
+        raise ValueError(f"subsample_per_group: n must be a non-negative int or None, got {n!r}")
+    if not _non_negative_int(offset):
+        raise ValueError(f"subsample_per_group: offset must be a non-negative int, got {offset!r}")
+    if n is None and offset == 0:
         return frame
     if by not in frame.columns:
         raise ValueError(f"subsample_per_group: no column {by!r} (columns: {frame.columns})")
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
-        raise ValueError(f"subsample_per_group: n must be a non-negative int or None, got {n!r}")
     key = "_subsample_key"
     while key in frame.columns:  # a temporary column must not shadow a real one
         key += "_"
     keys = pl.Series(key, np.random.default_rng(seed).random(frame.height))
-    keep = frame.with_columns(keys).select(pl.col(key).rank("ordinal").over(by) <= n).to_series()
+    rank = pl.col(key).rank("ordinal").over(by)
+    window = (rank > offset) if n is None else (rank > offset) & (rank <= offset + n)
+    keep = frame.with_columns(keys).select(window).to_series()
     return frame.filter(keep)
