@@ -219,6 +219,37 @@ class HubServer:
         self.stop()
 
 
+class ConnectionCounter:
+    """A loopback listener that accepts and counts TCP connections and closes each at once: the hub endpoint of a
+    process that must make no request at all (``with ConnectionCounter() as c: ...; assert c.count == 0``)."""
+
+    def __init__(self) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            self.count += 1
+            conn.close()
+
+    def __enter__(self) -> ConnectionCounter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sock.close()
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the hub: every answer carries a Content-Length
 

@@ -37,6 +37,7 @@ import json
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -268,29 +269,61 @@ def stage_hub_tasks_into(cache_dir: str | os.PathLike, tasks: Iterable[str] = tu
     return record
 
 
+# The settings staged_datasets() holds, shared by the jobs that run in threads of one process (profiles/local, an
+# allocation): the first block to enter applies them, the last to leave restores what was there before.
+_STAGED_LOCK = threading.Lock()
+_staged_depth = 0
+_staged_key: tuple[Path, bool] | None = None
+_staged_before: dict[tuple[Any, str], Any] = {}
+
+
+def _offline_switches(offline: bool) -> dict[tuple[Any, str], Any]:
+    """Every module attribute that decides whether ``datasets`` and ``huggingface_hub`` reach the hub. Both read
+    ``HF_HUB_OFFLINE`` from the environment once, at import (datasets 5.x ignores ``HF_DATASETS_OFFLINE`` after
+    that), so setting the environment here would change nothing: the attributes themselves are set.
+    ``huggingface_hub.constants.HF_HUB_OFFLINE`` makes its HTTP session refuse every request offline."""
+    import datasets
+    import huggingface_hub.constants as hub_constants
+
+    return {
+        (datasets.config, "HF_HUB_OFFLINE"): offline,
+        (datasets.config, "HF_DATASETS_OFFLINE"): offline,
+        (hub_constants, "HF_HUB_OFFLINE"): offline,
+    }
+
+
 @contextlib.contextmanager
 def staged_datasets(cache_dir: str | os.PathLike, *, offline: bool = True) -> Iterator[None]:
-    """Hugging Face ``datasets`` reads (and writes) its cache in ``cache_dir`` for the length of the block, offline
-    unless ``offline=False`` (the staging itself); the previous settings are restored after it. Set on
-    ``datasets.config``, which ``datasets`` read from the environment once, when first imported."""
+    """Hugging Face ``datasets`` reads (and writes) its cache in ``cache_dir`` for the length of the block, with no
+    request to the hub at all unless ``offline=False`` (the staging itself); the previous settings are restored after
+    it. Blocks of several threads nest when they agree on the cache and the mode; a disagreement raises (the settings
+    are the process's)."""
     import datasets
 
-    names = ("HF_DATASETS_CACHE", "HF_DATASETS_OFFLINE")
-    before = {name: getattr(datasets.config, name) for name in names}
-    env_before = os.environ.get("HF_HUB_OFFLINE")
-    datasets.config.HF_DATASETS_CACHE = Path(cache_dir).resolve()
-    datasets.config.HF_DATASETS_OFFLINE = offline
-    if offline:
-        os.environ["HF_HUB_OFFLINE"] = "1"
+    global _staged_depth, _staged_key, _staged_before
+    key = (Path(cache_dir).resolve(), offline)
+    with _STAGED_LOCK:
+        if _staged_depth and key != _staged_key:
+            raise RuntimeError(
+                f"staged_datasets: {key} asked while {_staged_key} is active in this process "
+                "(one cache and mode at a time)"
+            )
+        if not _staged_depth:
+            settings = {(datasets.config, "HF_DATASETS_CACHE"): key[0], **_offline_switches(offline)}
+            _staged_before = {target: getattr(*target) for target in settings}
+            for (module, name), value in settings.items():
+                setattr(module, name, value)
+            _staged_key = key
+        _staged_depth += 1
     try:
         yield
     finally:
-        for name, value in before.items():
-            setattr(datasets.config, name, value)
-        if env_before is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = env_before
+        with _STAGED_LOCK:
+            _staged_depth -= 1
+            if not _staged_depth:
+                for (module, name), value in _staged_before.items():
+                    setattr(module, name, value)
+                _staged_key, _staged_before = None, {}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
