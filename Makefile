@@ -8,7 +8,7 @@ DEMO := --configfile config/demo.yaml
 CORES ?= 2
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install gemma3 demo report browser test lint format dryrun clean-demo bench-harness
+.PHONY: install gemma3 demo report browser test test-cluster test-quick lint format dryrun clean-demo bench-harness
 
 install: $(VENV)/.installed
 
@@ -56,9 +56,20 @@ browser:
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
-# --durations: the slowest tests in every log (CI's time budget is spent mostly by a few of them).
+# The README's test command: every test (tests/run_suite.sh). Those marked `cluster` (tests/conftest.py) need the
+# localhost SLURM cluster (`bash .ci/slurm/up.sh`): without one they are skipped, saying so; with one they run in a
+# second pytest process beside the others. `make test-cluster` runs only them, `make test-quick` all the others.
+# Every run lists its 25 slowest tests (the budget: README, "Tests").
+PYTEST := $(BIN)/pytest -q --durations=25
+
 test: install
-	$(BIN)/pytest -q --durations=25
+	PYTEST=$(BIN)/pytest bash tests/run_suite.sh
+
+test-cluster: install
+	$(PYTEST) -m cluster
+
+test-quick: install
+	$(PYTEST) -m "not cluster"
 
 lint: install
 	$(BIN)/ruff check src tests workflow/scripts perf

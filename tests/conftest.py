@@ -7,6 +7,10 @@ between tests); weights come from a fixed seed, so two calls with the same argum
 
 from __future__ import annotations
 
+import functools
+import shutil
+import subprocess
+
 import pytest
 import torch
 
@@ -85,3 +89,24 @@ def stand_in_gpus_run_on_the_cpu():
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("WNEURONS_DEVICE", "cpu")
         yield
+
+
+@functools.cache
+def cluster_up() -> bool:
+    """Whether a SLURM controller answers ``squeue`` here: the localhost cluster of `.ci/slurm/up.sh`."""
+    if shutil.which("squeue") is None:
+        return False
+    try:
+        return subprocess.run(["squeue", "-h"], capture_output=True, timeout=20).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cluster`` need the localhost SLURM cluster; without one they are skipped, saying how to run
+    them (`make test` runs everything else; `make test-cluster` runs only these)."""
+    cluster_items = [item for item in items if item.get_closest_marker("cluster")]
+    if cluster_items and not cluster_up():
+        skip = pytest.mark.skip(reason="no SLURM cluster up: bash .ci/slurm/up.sh, then make test-cluster")
+        for item in cluster_items:
+            item.add_marker(skip)

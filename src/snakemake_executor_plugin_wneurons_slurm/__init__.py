@@ -29,13 +29,14 @@ from pathlib import Path
 import snakemake_executor_plugin_slurm as slurm_plugin
 from snakemake.io import is_flagged
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
-from snakemake_executor_plugin_slurm import ExecutorSettings as SlurmExecutorSettings
 from snakemake_executor_plugin_slurm import common_settings as slurm_common_settings
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_args, format_cli_arg, join_cli_args
 
 from wneurons.jobs import ledger
+
+from .settings import ExecutorSettings  # noqa: F401 (Snakemake reads it from this module)
 
 # The module the allocation's command runs instead of `snakemake`: Snakemake's own CLI plus the closing line.
 ALLOCATION_MODULE = f"{__name__}.allocation"
@@ -55,7 +56,6 @@ ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", 
 # (`--wneurons-slurm-init-seconds-before-status-checks`, ...) and in profiles. The site's limits are not settings
 # of the executor but a file of the config (`site`: wneurons.experiment.allocations.Site), because the DAG's
 # allocations are planned from them, also in a dry run, where no executor settings exist.
-ExecutorSettings = SlurmExecutorSettings
 common_settings = slurm_common_settings
 
 
@@ -195,6 +195,15 @@ class Executor(SlurmExecutor):
                 f"{'; '.join(running[:5])}{' ...' if len(running) > 5 else ''}. Wait for them to end "
                 "(squeue --me) or scancel them, then start again: their finished members are kept."
             )
+
+    async def check_active_jobs(self, active_jobs):
+        """The slurm plugin's status check, with its growing wait between checks capped by the setting
+        ``max_seconds_between_status_checks``."""
+        async for job in super().check_active_jobs(active_jobs):
+            yield job
+        cap = self.workflow.executor_settings.max_seconds_between_status_checks
+        if cap and self.next_seconds_between_status_checks > cap:
+            self.next_seconds_between_status_checks = cap
 
     def report_job_error(self, job_info, msg=None, **kwargs) -> None:
         job = job_info.job

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
 from collections import Counter
@@ -20,12 +19,6 @@ from tiny_project import REPO, snakemake_command
 
 PROFILES = ("--profile", str(REPO / "profiles/slurm"), "--profile", str(REPO / "profiles/slurm-ci"))
 TIMEOUT_S = 600
-
-
-def cluster_up() -> bool:
-    if shutil.which("squeue") is None:
-        return False
-    return subprocess.run(["squeue", "-h"], capture_output=True, timeout=20).returncode == 0
 
 
 def allocation_logs(root: Path, model: str, revision: str) -> list[Path]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_cluster import allocation_logs, cluster_up, finish, run_slurm
+from slurm_cluster import allocation_logs, finish, run_slurm
 from tiny_project import REPO, make_tiny_project, snakemake
 
 from wneurons.experiment import paths
@@ -70,7 +70,7 @@ def overlap_s(spans: dict[str, tuple[datetime, datetime]]) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not cluster_up(), reason="no SLURM cluster (.ci/slurm/up.sh)")
+@pytest.mark.cluster
 @pytest.mark.parametrize(("resource", "overlaps"), [("disk_mb", True), ("activations_mb", False)])
 def test_only_activations_mb_limits_concurrent_collections_under_slurm(tmp_path, resource, overlaps):
     root = two_model_project(tmp_path / "p")

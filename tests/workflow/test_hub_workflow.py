@@ -1,7 +1,7 @@
 """Hub models through the real Snakefile, against the hub-compatible server on 127.0.0.1 (tests/hub_server.py):
 staged first, on this machine; then statistics, scoring and the training dynamics of a tiny Pythia-shaped repo run
-with the hub stopped (no route to it at all), under profiles/slurm on the localhost cluster when it is up
-(.ci/slurm/README.md), locally otherwise; checkpoint weights pruned once read; results readable by the group.
+with the hub stopped (no route to it at all), locally and under profiles/slurm on the localhost cluster
+(.ci/slurm/README.md; those are marked `cluster`); checkpoint weights pruned once read; results readable by the group.
 The preflight stops a run before any job with one line per bad model; the integrity gate reads the staged manifests.
 Loopback only: nothing here reaches out."""
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -17,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 from hub_server import HubServer, pointed_at
+from slurm_cluster import PROFILES
 from tiny_project import (
-    REPO,
     SCORED_BENCHMARKS,
     make_tiny_project,
     snakemake,
@@ -151,19 +150,6 @@ def served(revisions, sharded, tmp_path, monkeypatch):
         yield srv
 
 
-def cluster_profiles() -> list[str]:
-    """``--profile`` arguments for the localhost SLURM cluster when it is up (.ci/slurm/up.sh), else none."""
-    if shutil.which("sinfo") is None:
-        return []
-    try:
-        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if not any(s in states for s in ("idle", "mixed", "allocated")):
-        return []
-    return ["--profile", str(REPO / "profiles/slurm"), "--profile", str(REPO / "profiles/slurm-ci")]
-
-
 def run_targets() -> list[str]:
     """Statistics and scoring of every revision, the training dynamics, the pruning of the checkpoints."""
     revisions = [FINAL, *CHECKPOINTS]
@@ -179,9 +165,12 @@ def job_lines(output: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- stage, then run with the hub stopped
-@pytest.fixture(scope="module")
-def hub_run(revisions, tmp_path_factory):
-    root = tmp_path_factory.mktemp("hub-run")
+# The staged run on this machine's local executor, and through profiles/slurm on the localhost cluster (a compute
+# node: every job, allocations included, with no route to the hub).
+@pytest.fixture(scope="module", params=["local", pytest.param("slurm", marks=pytest.mark.cluster)])
+def hub_run(request, revisions, tmp_path_factory):
+    profiles = PROFILES if request.param == "slurm" else ()
+    root = tmp_path_factory.mktemp(f"hub-run-{request.param}")
     make_tiny_project(root)
     hub_config(root, {MODEL: pythia_entry()})
     with pytest.MonkeyPatch.context() as mp, HubServer() as srv, pointed_at(srv, mp, root / "hf-home"):
@@ -194,7 +183,7 @@ def hub_run(revisions, tmp_path_factory):
             staged = snakemake(root, "--cores", "2", "stage_hub_models")
             staging_requests = len(srv.requests)
             srv.stop()  # from here on nothing answers on the hub's ports
-            run = snakemake(root, "--cores", "2", *cluster_profiles(), *run_targets(), timeout=1500)
+            run = snakemake(root, "--cores", "2", *profiles, *run_targets(), timeout=1500)
         finally:
             os.umask(previous)
         yield {

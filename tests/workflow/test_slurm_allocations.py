@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from slurm_cluster import allocation_logs as checkpoint_logs
-from slurm_cluster import cluster_up, finish, finished_jobs, finished_over, wait_for
+from slurm_cluster import finish, finished_jobs, finished_over, wait_for
 from slurm_cluster import run_slurm as run_profiles
 from tiny_project import make_tiny_project, snakemake
 
@@ -33,7 +33,7 @@ MODEL, REVISION = "tiny-llama", "main"
 # Rules whose jobs run inside the checkpoint's allocations (the rules' `group:`, wneurons.experiment.allocations).
 GPU_RULES = {"collect_activations", "neuron_stats", "score_clean", "score_ablation", "matched_search"}
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not cluster_up(), reason="no SLURM cluster (.ci/slurm/up.sh)")]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def targets() -> list[str]:

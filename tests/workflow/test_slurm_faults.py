@@ -26,7 +26,6 @@ import pytest
 from slurm_cluster import (
     active_jobs,
     allocation_logs,
-    cluster_up,
     finish,
     finished_jobs,
     finished_over,
@@ -45,7 +44,7 @@ MODEL, REVISION = "tiny-llama", "main"
 GPU_RULES = {"collect_activations", "neuron_stats", "score_clean", "score_ablation", "matched_search"}
 PARTITION = os.environ.get("SLURM_CI_PARTITION", "ci")
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not cluster_up(), reason="no SLURM cluster (.ci/slurm/up.sh)")]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def targets() -> list[str]:

@@ -5,14 +5,14 @@ of a local run that collects through the shared file system."""
 
 import pytest
 import yaml
-from slurm_cluster import allocation_logs, cluster_up, finish, run_slurm
+from slurm_cluster import allocation_logs, finish, run_slurm
 from test_scratch import SCRATCH_MODEL, scratch_project
 from tiny_project import dry_run_jobs, snakemake
 
 from wneurons.experiment import paths
 from wneurons.jobs.neurons import SCRATCH_FOLDER
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not cluster_up(), reason="no SLURM cluster (.ci/slurm/up.sh)")]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_scratch_inside_an_allocation_gives_the_local_runs_statistics(tmp_path):
