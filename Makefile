@@ -60,7 +60,7 @@ browser:
 # localhost SLURM cluster (`bash .ci/slurm/up.sh`): without one they are skipped, saying so; with one they run in a
 # second pytest process beside the others. `make test-cluster` runs only them, `make test-quick` all the others.
 # Every run lists its 25 slowest tests (the budget: README, "Tests").
-PYTEST := $(BIN)/pytest -q --durations=25
+PYTEST := $(BIN)/pytest -q -rs --durations=25
 
 test: install
 	PYTEST=$(BIN)/pytest bash tests/run_suite.sh

@@ -11,7 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 read -r -a PYTEST <<<"${PYTEST:-.venv/bin/pytest}"
-PYTEST+=(-q --durations=25 "$@")
+PYTEST+=(-q -rs --durations=25 "$@")
 
 if ! { command -v squeue >/dev/null && timeout 20 squeue -h >/dev/null 2>&1; }; then
   exec "${PYTEST[@]}"
