@@ -95,7 +95,7 @@ bench-harness: install
 	$(SNAKEMAKE) $(DEMO) --cores $(CORES) resources/models/smollm2-135m
 	mkdir -p benchmarks
 	OMP_NUM_THREADS=$(CORES) $(BIN)/python perf/bench_blimp_vs_harness.py --model-dir resources/models/smollm2-135m \
-		--harness-python $(BIN)/python --threads $(CORES) --low-precision-pairs 100 \
+		--harness-python $(abspath $(BIN))/python --threads $(CORES) --low-precision-pairs 100 \
 		--out benchmarks/blimp_vs_harness.json
 
 clean-demo:

@@ -1,22 +1,21 @@
 """BLiMP throughput and accuracy: wneurons.lm.scoring vs lm-evaluation-harness on the same model, data and CPU.
 
 Scores the first ``--n-pairs`` pairs of the first ``--n-paradigms`` BLiMP paradigms (sorted by name) with
-``score_blimp(convention="harness")`` in each ``--dtypes``, then (when the harness's interpreter exists) runs the
-harness's BLiMP task on the same pairs through ``perf/harness/run_harness_blimp.py`` at each
-``--harness-batch-sizes``. Prints sentences/s (model loading excluded on both sides), the speed ratio, both
-accuracies and the largest per-sentence log-prob difference. lm-eval is a dependency of the project (its
-capability suite, wneurons.lm.lmeval), so the harness runs in the project's own environment, in a process of its
-own (``--harness-python``, default this interpreter) so that neither side's imports, threads or caches time the
-other's.
+``score_blimp(convention="harness")`` (float32) and with the harness's BLiMP task at each ``--harness-batch-sizes``
+(``perf/harness/run_harness_blimp.py``, in a process of its own: lm-eval is a dependency of the project, its
+capability suite, so it runs from the project's environment, ``--harness-python``), **interleaved**: ours, the
+harness at each batch size, ours, ... ``--repeats`` times, so that the machine's drift reaches both sides alike.
+Both sides are warmed up before they are timed (ours once per process, the harness once per process on a few
+pairs); model loading is excluded on both. Reports, per harness batch size, the ratio of sentences/s (ours ÷
+theirs, per repeat: median, min and max), the harness's fastest batch size by its median, both accuracies, how many
+decisions differ and the largest per-sentence log-prob difference; the achieved FLOP/s of our scoring
+(2 × parameters × positions fed ÷ time) against a plain float32 matmul of this machine, same threads.
+``--dtypes`` other than float32 are then run once each and compared with our float32 run.
 
 The model must be a local safetensors directory (the harness cannot read GGUF), e.g. from
 ``wneurons.lm.models.convert_gguf_wheel``.
 
     OMP_NUM_THREADS=2 python perf/bench_blimp_vs_harness.py --model-dir /tmp/smollm2 --out bench.json
-
-Compares our float32 run with the harness's fastest batch size (the ratio the project's target is about) and with
-each of the others, pair by pair: accuracy, how many decisions (good > bad) differ, and the largest sentence
-log-prob difference. Other dtypes are compared with our float32 run the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +34,7 @@ import polars as pl
 import torch
 
 from wneurons.lm.models import load_model
-from wneurons.lm.scoring import score_blimp
+from wneurons.lm.scoring import CONVENTIONS, score_blimp
 from wneurons.store.data import load_blimp
 from wneurons.store.io import provenance, write_json
 
@@ -42,10 +42,15 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = Path(os.environ.get("WNEURONS_SHARED_DATA", "/work/shared/data")) / "blimp" / "data"
 
 
-def bench_ours(model_dir: str, pairs: pl.DataFrame, dtype: str, batch_size: int) -> tuple[dict, pl.DataFrame]:
-    """Score ``pairs`` once (after a short warm-up); returns timing + accuracy and the per-pair frame."""
+def load_warm(model_dir: str, pairs: pl.DataFrame, dtype: str, batch_size: int):
+    """Our model in ``dtype``, warmed up on a few pairs (the first batches pay one-off allocations)."""
     model, tokenizer = load_model(local_path=model_dir, dtype=dtype)
-    score_blimp(model, tokenizer, pairs.head(8), convention="harness", batch_size=batch_size)  # warm-up
+    score_blimp(model, tokenizer, pairs.head(8), convention="harness", batch_size=batch_size)
+    return model, tokenizer
+
+
+def bench_ours(model, tokenizer, pairs: pl.DataFrame, dtype: str, batch_size: int) -> tuple[dict, pl.DataFrame]:
+    """Score ``pairs`` once, timed; returns timing + accuracy and the per-pair frame."""
     wall, cpu = time.perf_counter(), time.process_time()
     summary, scored = score_blimp(
         model, tokenizer, pairs, convention="harness", batch_size=batch_size, return_pairs=True
@@ -57,6 +62,7 @@ def bench_ours(model_dir: str, pairs: pl.DataFrame, dtype: str, batch_size: int)
         "side": "wneurons",
         "dtype": dtype,
         "batch_size": batch_size,
+        "pairs": pairs.height,
         "wall_s": wall,
         "cpu_s": cpu,
         "sentences_per_s": n_sentences / wall,
@@ -66,36 +72,81 @@ def bench_ours(model_dir: str, pairs: pl.DataFrame, dtype: str, batch_size: int)
     }, scored
 
 
-def bench_harness(python: str, model_dir: str, data_dir: Path, paradigms: list[str], n_pairs: int, batch_size: str):
-    """Run the harness in a process of its own; returns timing + accuracy and its per-pair log-likelihoods."""
-    cmd = [
-        python,
-        str(HERE / "harness" / "run_harness_blimp.py"),
-        f"--model-dir={model_dir}",
-        f"--data-dir={data_dir}",
-        f"--paradigms={','.join(paradigms)}",
-        f"--limit={n_pairs}",
-        f"--batch-size={batch_size}",
-        "--dtype=float32",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd="/tmp")
-    if done.returncode != 0:
-        raise RuntimeError(f"harness run failed ({' '.join(cmd)}):\n{done.stderr[-3000:]}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    # Every paradigm has the same number of pairs, so the mean over paradigms is the micro-average.
-    accuracy = float(np.mean(list(out["acc_by_paradigm"].values())))
-    return {
-        "side": "lm-eval",
-        "dtype": "float32",
-        "batch_size": batch_size,
-        "wall_s": out["wall_s"],
-        "cpu_s": out["cpu_s"],
-        "sentences_per_s": out["n_requests"] / out["wall_s"],
-        "sentences_per_cpu_s": out["n_requests"] / out["cpu_s"],
-        "accuracy": accuracy,
-        "by_paradigm": out["acc_by_paradigm"],
-    }, out["loglik"]
+def positions_fed(tokenizer, pairs: pl.DataFrame) -> int:
+    """Token positions one scoring of ``pairs`` runs through the model under the harness convention (the context
+    token and every sentence token, good and bad): the same count on both sides."""
+    texts = pairs["sentence_good"].to_list() + pairs["sentence_bad"].to_list()
+    return sum(len(ids) for ids in CONVENTIONS["harness"].encode(tokenizer, texts)[0])
+
+
+def matmul_flops(threads: int, size: int = 2048, seconds: float = 2.0) -> float:
+    """FLOP/s of a plain float32 ``size`` x ``size`` matmul on this machine at the current thread count (the best of
+    repeats over about ``seconds``): the hardware reference for the scoring's achieved FLOP/s."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)  # warm-up
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = max(best, 2 * size**3 / (time.perf_counter() - start))
+    return best
+
+
+# The first characters of the result line perf/harness/run_harness_blimp.py prints per run (lm-eval may print too).
+RESULT_LINE = '{"acc_by_paradigm"'
+
+
+class Harness:
+    """lm-evaluation-harness in a process of its own at one batch size: the model loaded and warmed up once, then
+    one timed run of the pairs per :meth:`run` (a line on its stdin), so that its runs interleave with ours."""
+
+    def __init__(self, python: str, model_dir: str, data_dir: Path, paradigms: list[str], n_pairs: int, bs: str):
+        self.batch_size = bs
+        self.cmd = [
+            python,
+            str(HERE / "harness" / "run_harness_blimp.py"),
+            f"--model-dir={model_dir}",
+            f"--data-dir={data_dir}",
+            f"--paradigms={','.join(paradigms)}",
+            f"--limit={n_pairs}",
+            f"--batch-size={bs}",
+            "--dtype=float32",
+        ]
+        env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            self.cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd="/tmp"
+        )
+
+    def run(self) -> tuple[dict, dict]:
+        """One timed run: timing + accuracy, and the per-pair log-likelihoods."""
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith(RESULT_LINE):
+                break
+        else:
+            self.stderr.seek(0)
+            raise RuntimeError(f"harness run failed ({' '.join(self.cmd)}):\n{self.stderr.read()[-3000:]}")
+        out = json.loads(line)
+        # Every paradigm has the same number of pairs, so the mean over paradigms is the micro-average.
+        accuracy = float(np.mean(list(out["acc_by_paradigm"].values())))
+        return {
+            "side": "lm-eval",
+            "dtype": "float32",
+            "batch_size": self.batch_size,
+            "wall_s": out["wall_s"],
+            "cpu_s": out["cpu_s"],
+            "sentences_per_s": out["n_requests"] / out["wall_s"],
+            "sentences_per_cpu_s": out["n_requests"] / out["cpu_s"],
+            "accuracy": accuracy,
+            "by_paradigm": out["acc_by_paradigm"],
+        }, out["loglik"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=120)
+        self.stderr.close()
 
 
 def differences(mine: np.ndarray, ref: np.ndarray) -> dict:
@@ -142,6 +193,7 @@ def main() -> None:
         help="first N pairs per paradigm for the dtypes other than float32 (a CPU without bf16 units emulates it)",
     )
     parser.add_argument("--harness-python", default=sys.executable, help="'' skips the harness")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved timed runs of each side")
     parser.add_argument(
         "--harness-batch-sizes", default="32,64,128", help="comma-separated; its fastest is the reference"
     )
@@ -150,6 +202,13 @@ def main() -> None:
     args = parser.parse_args()
     args.model_dir = str(Path(args.model_dir).resolve())  # the harness runs in another working directory
     args.data_dir = args.data_dir.resolve()
+    harness_python = None
+    if args.harness_python:  # '' skips the harness on purpose; a path that does not resolve is an error
+        harness_python = str(Path(args.harness_python).absolute())  # not resolve(): a venv's python is a symlink
+        if not Path(harness_python).is_file():
+            parser.error(f"--harness-python {args.harness_python}: no such interpreter ({harness_python})")
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -159,74 +218,105 @@ def main() -> None:
         f"{len(paradigms)} paradigms x {args.n_pairs} pairs = {pairs.height} pairs; {torch.get_num_threads()} threads"
     )
 
-    runs, scored_by_dtype, harness_logliks = [], {}, {}
-    harness_python = args.harness_python if args.harness_python and Path(args.harness_python).exists() else None
-    if harness_python:
-        for bs in args.harness_batch_sizes.split(","):
-            run, harness_logliks[bs] = bench_harness(
-                harness_python, args.model_dir, args.data_dir, paradigms, args.n_pairs, bs
-            )
-            runs.append(run)
-            print(f"lm-eval  float32  bs={bs:>3}: {run['sentences_per_s']:.1f} sent/s, acc {run['accuracy']:.4f}")
-    for dtype in args.dtypes.split(","):
+    runs, harness_logliks = [], {}
+    batch_sizes = args.harness_batch_sizes.split(",") if harness_python else []
+    harnesses = [
+        Harness(harness_python, args.model_dir, args.data_dir, paradigms, args.n_pairs, bs) for bs in batch_sizes
+    ]
+    model, tokenizer = load_warm(args.model_dir, pairs, "float32", args.batch_size)
+    try:
+        for repeat in range(args.repeats):  # interleaved: ours, the harness at each batch size, ours, ...
+            run, fp32 = bench_ours(model, tokenizer, pairs, "float32", args.batch_size)
+            runs.append(run | {"repeat": repeat})
+            print(f"[{repeat}] wneurons float32 bs={args.batch_size:>3}: {run['sentences_per_s']:.1f} sent/s")
+            for harness in harnesses:
+                run, harness_logliks[harness.batch_size] = harness.run()
+                runs.append(run | {"repeat": repeat})
+                print(f"[{repeat}] lm-eval  float32 bs={harness.batch_size:>3}: {run['sentences_per_s']:.1f} sent/s")
+    finally:
+        for harness in harnesses:
+            harness.close()
+    ours = [r for r in runs if r["side"] == "wneurons"]
+    median_s = float(np.median([r["wall_s"] for r in ours]))
+    positions = positions_fed(tokenizer, pairs)
+    n_params = sum(p.numel() for p in model.parameters())
+    hardware = matmul_flops(torch.get_num_threads())
+    achieved = 2 * n_params * positions / median_s
+    flops = {
+        "parameters": n_params,
+        "positions": positions,
+        "median_wall_s": median_s,
+        "achieved_flops": achieved,
+        "matmul_flops": hardware,
+        "fraction_of_matmul": achieved / hardware,
+    }
+    print(
+        f"wneurons float32: {positions} positions x {n_params / 1e6:.1f}M parameters in {median_s:.2f} s (median) = "
+        f"{achieved / 1e9:.1f} GFLOP/s, {100 * achieved / hardware:.0f}% of a plain fp32 matmul here "
+        f"({hardware / 1e9:.1f} GFLOP/s)"
+    )
+    print(
+        f"wneurons float32: accuracy {ours[0]['accuracy']:.4f}; sentences/s over {args.repeats} repeats: "
+        + ", ".join(f"{r['sentences_per_s']:.1f}" for r in ours)
+    )
+    del model
+
+    comparisons, medians = [], {}
+    for bs in batch_sizes:
+        theirs = [r for r in runs if r["side"] == "lm-eval" and r["batch_size"] == bs]
+        medians[bs] = float(np.median([r["sentences_per_s"] for r in theirs]))
+    best = max(medians, key=medians.get, default=None)
+    for bs in batch_sizes:
+        theirs = [r for r in runs if r["side"] == "lm-eval" and r["batch_size"] == bs]
+        ratios = [o["sentences_per_s"] / t["sentences_per_s"] for o, t in zip(ours, theirs, strict=True)]
+        cpu_ratios = [o["sentences_per_cpu_s"] / t["sentences_per_cpu_s"] for o, t in zip(ours, theirs, strict=True)]
+        row = {
+            "ours": f"float32 bs={args.batch_size}",
+            "harness": f"float32 bs={bs}",
+            "harness_best_batch_size": bs == best,
+            "speedup_wall_per_repeat": ratios,
+            "speedup_wall_median": float(np.median(ratios)),
+            "speedup_wall_min": min(ratios),
+            "speedup_wall_max": max(ratios),
+            "speedup_cpu_median": float(np.median(cpu_ratios)),
+            "accuracy_difference_points": 100 * (ours[0]["accuracy"] - theirs[0]["accuracy"]),
+        } | against_harness(fp32, harness_logliks[bs])
+        comparisons.append(row)
+        print(
+            f"float32 bs={args.batch_size} vs harness bs={bs}{' (its fastest)' if bs == best else ''}: "
+            f"x{row['speedup_wall_median']:.2f} wall (median of {len(ratios)}; "
+            f"{row['speedup_wall_min']:.2f}-{row['speedup_wall_max']:.2f}), x{row['speedup_cpu_median']:.2f} CPU time, "
+            "accuracy {accuracy_difference_points:+.2f} points, {decisions_differ} of {pairs_compared} decisions "
+            "differ, max |dlogp| {max_abs_logprob_difference:.2e}".format(**row)
+        )
+
+    for dtype in (d for d in args.dtypes.split(",") if d != "float32"):  # once each, against our float32
         subset = pairs
-        if dtype != "float32" and args.low_precision_pairs:
+        if args.low_precision_pairs:
             subset = pairs.group_by("paradigm", maintain_order=True).head(args.low_precision_pairs)
-        run, scored_by_dtype[dtype] = bench_ours(args.model_dir, subset, dtype, args.batch_size)
-        run["pairs"] = subset.height
-        if dtype != "float32" and "float32" in scored_by_dtype:
-            run["against_float32"] = against_fp32(scored_by_dtype[dtype], scored_by_dtype["float32"])
+        model, tokenizer = load_warm(args.model_dir, subset, dtype, args.batch_size)
+        run, scored = bench_ours(model, tokenizer, subset, dtype, args.batch_size)
+        del model
+        run["against_float32"] = against_fp32(scored, fp32)
         runs.append(run)
         print(
             f"wneurons {dtype:8} bs={args.batch_size:>3}: {run['sentences_per_s']:.1f} sent/s on {subset.height} pairs,"
-            f" acc {run['accuracy']:.4f}"
-            + (
-                " ({decisions_differ} of {pairs_compared} decisions differ from float32,"
-                " max |dlogp| {max_abs_logprob_difference:.2e})".format(**run["against_float32"])
-                if "against_float32" in run
-                else ""
-            )
+            " acc {:.4f} ({decisions_differ} of {pairs_compared} decisions differ from float32, max |dlogp| "
+            "{max_abs_logprob_difference:.2e})".format(run["accuracy"], **run["against_float32"])
         )
-
-    comparisons = []
-    harness_runs = [r for r in runs if r["side"] == "lm-eval"]
-    best = max(harness_runs, key=lambda r: r["sentences_per_s"], default=None)
-    for theirs in harness_runs:
-        # A dtype run on fewer pairs (--low-precision-pairs) is compared with our float32 run only.
-        for ours in (r for r in runs if r["side"] == "wneurons" and r["pairs"] == pairs.height):
-            row = {
-                "ours": f"{ours['dtype']} bs={ours['batch_size']}",
-                "harness": f"float32 bs={theirs['batch_size']}",
-                "harness_best_batch_size": theirs is best,
-                "speedup_wall": ours["sentences_per_s"] / theirs["sentences_per_s"],
-                "speedup_cpu": ours["sentences_per_cpu_s"] / theirs["sentences_per_cpu_s"],
-                "accuracy_difference_points": 100 * (ours["accuracy"] - theirs["accuracy"]),
-            }
-            if ours["dtype"] == "float32":
-                row |= against_harness(scored_by_dtype["float32"], harness_logliks[theirs["batch_size"]])
-            comparisons.append(row)
-            print(
-                f"{row['ours']:>17} vs harness {row['harness']}{' (its fastest)' if theirs is best else ''}: "
-                f"x{row['speedup_wall']:.2f} wall, x{row['speedup_cpu']:.2f} CPU time, "
-                f"accuracy {row['accuracy_difference_points']:+.2f} points"
-                + (
-                    ", {decisions_differ} of {pairs_compared} decisions differ,"
-                    " max |dlogp| {max_abs_logprob_difference:.2e}".format(**row)
-                    if "decisions_differ" in row
-                    else ""
-                )
-            )
     if args.out:
         write_json(
             args.out,
             {
                 "runs": runs,
                 "comparisons": comparisons,
+                "flops": flops,
                 "provenance": provenance(
                     model_dir=args.model_dir,
                     paradigms=paradigms,
                     n_pairs=args.n_pairs,
                     threads=torch.get_num_threads(),
+                    repeats=args.repeats,
                     convention="harness",
                     argv=sys.argv,
                 ),

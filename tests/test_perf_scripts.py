@@ -4,6 +4,7 @@ the prefix-sharing engine that perf/prefix_sharing.py times computes what the pr
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -87,3 +88,29 @@ def test_shared_prefix_scoring_equals_whole_sequences_under_a_clamp(tiny_model):
     clean = batched_logprob_sums(model, flat, offsets, batch_size=8, progress=None)
     np.testing.assert_allclose(shared, whole, rtol=1e-5, atol=1e-4)
     assert np.abs(whole - clean).max() > 1e-3, "the clamp changed nothing: the comparison proves nothing"
+
+
+def test_the_harness_benchmark_runs_interleaved_on_a_tiny_model(tmp_path):
+    """perf/bench_blimp_vs_harness.py end to end (what `make bench-harness` runs on SmolLM2): the tiny project's
+    model and BLiMP files, 3 interleaved repeats of each side, the harness from this interpreter."""
+    sys.path.insert(0, str(REPO / "tests" / "workflow"))
+    from tiny_project import make_tiny_project
+
+    make_tiny_project(tmp_path / "p")
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "perf/bench_blimp_vs_harness.py", "--model-dir", str(tmp_path / "p/model")]
+    cmd += ["--data-dir", str(tmp_path / "p/src/blimp"), "--n-pairs", "6", "--batch-size", "4", "--dtypes", "float32"]
+    cmd += ["--harness-batch-sizes", "4", "--repeats", "3", "--threads", "1", "--out", str(out)]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    order = [(r["side"], r["repeat"]) for r in result["runs"]]
+    assert order == [(side, k) for k in range(3) for side in ("wneurons", "lm-eval")]  # interleaved
+    (row,) = result["comparisons"]
+    assert len(row["speedup_wall_per_repeat"]) == 3 and row["harness_best_batch_size"]
+    assert row["speedup_wall_min"] <= row["speedup_wall_median"] <= row["speedup_wall_max"]
+    assert row["pairs_compared"] == 12 and row["decisions_differ"] == 0 and row["max_abs_logprob_difference"] < 1e-3
+    assert result["flops"]["positions"] > 24 and 0 < result["flops"]["fraction_of_matmul"]
+    # A harness interpreter that does not exist is an error, before any work.
+    missing = subprocess.run([*cmd[:2], "--harness-python", "no/such/python"], cwd=REPO, capture_output=True, text=True)
+    assert missing.returncode == 2 and "no such interpreter" in missing.stderr

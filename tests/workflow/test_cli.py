@@ -114,12 +114,29 @@ def test_a_yaml_syntax_error_is_named_by_file_and_line(tmp_path):
 def test_run_dry_run_and_plan_go_through_the_snakefile():
     proc = _wneurons("run", "config/demo.yaml", "-n", "--", "--quiet", "rules")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "$ snakemake --configfile config/demo.yaml -n --quiet rules" in proc.stderr
+    assert "$ snakemake --configfile config/demo.yaml --profile profiles/local -n --quiet rules" in proc.stderr
     assert "score_ablation" in proc.stdout
     proc = _wneurons("plan", "config/demo.yaml")
     assert proc.returncode == 0, proc.stderr[-2000:]
     for text in ("jobs: ", "GPU-hours at 300 TFLOP/s", "Allocations against the site's limits", "total written"):
         assert text in proc.stdout, proc.stdout
+
+
+def test_run_as_the_readme_writes_it_needs_no_cores_argument():
+    """`wneurons run my.yaml` (README) runs on this machine's cores (profiles/local); Snakemake alone would stop
+    with "cores have to be specified". A target no rule makes stops the run after that check, before any job."""
+    proc = _wneurons("run", "config/demo.yaml", "--", "no-such-target")
+    assert "--profile profiles/local" in proc.stderr
+    assert "cores have to be specified" not in proc.stderr + proc.stdout
+    assert proc.returncode != 0 and "No rule to produce no-such-target" in proc.stderr + proc.stdout
+
+
+def test_compare_refuses_a_missing_or_empty_root_in_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for a, b, named in (("nowhere-a", "nowhere-b", "nowhere-a"), (tmp_path / "empty", tmp_path / "empty", "empty")):
+        proc = _wneurons("compare", str(a), str(b))
+        assert proc.returncode == 2 and "identical" not in proc.stdout, proc.stdout
+        assert len(proc.stderr.strip().splitlines()) == 1 and named in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("command", [[], ["init"], ["plan"], ["run"], ["explore"], ["compare"], ["power"]])

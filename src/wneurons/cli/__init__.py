@@ -34,6 +34,7 @@ from wneurons.experiment.model_facts import (
 
 SCHEMA = "workflow/schemas/config.schema.yaml"
 DEFAULT_CONFIG = "config/config.yaml"
+LOCAL_PROFILE = "profiles/local"  # `wneurons run` without --profile
 # Template keys that name one of the template's models: reset for a config of another model (to their defaults).
 _MODEL_KEYS: list[tuple[tuple[str, ...], Any]] = [
     (("figures", "figure1", "model"), None),
@@ -256,7 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config of the run")
     p.add_argument("-n", "--dry-run", action="store_true", help="only list the jobs that would run")
     p.add_argument(
-        "--profile", action="append", default=[], help="a Snakemake profile (repeatable), e.g. profiles/local"
+        "--profile",
+        action="append",
+        default=[],
+        help=f"a Snakemake profile (repeatable), e.g. profiles/slurm; default {LOCAL_PROFILE} (all cores here)",
     )
 
     p = sub.add_parser(
@@ -321,7 +325,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "run":
             extra = (["-n"] if args.dry_run else []) + passthrough
-            return _run_snakemake(snakemake_command(checked_config(args.config), args.profile, extra), root)
+            # Without a profile, this machine's cores in threads of one process (profiles/local), as `make demo`:
+            # Snakemake itself would stop at once asking for --cores.
+            profiles = args.profile or [LOCAL_PROFILE]
+            return _run_snakemake(snakemake_command(checked_config(args.config), profiles, extra), root)
         if args.command == "explore":
             config = validate_config(load_yaml_strict(checked_config(args.config)), root / SCHEMA, root)
             model = args.model or next(iter(config["models"]))

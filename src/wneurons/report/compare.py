@@ -168,7 +168,13 @@ def compare_trees(a: str | Path, b: str | Path, *, subset: bool = False, rtol: f
     if rtol < 0:
         raise ValueError(f"rtol must be >= 0, got {rtol}")
     a, b = Path(a), Path(b)
+    for root in (a, b):  # a comparison of nothing would report "identical"
+        if not root.is_dir():
+            raise ValueError(f"compare: {root} is not a directory of results")
     files_a, files_b = _result_files(a), _result_files(b)
+    for root, files in ((a, files_a), (b, files_b)):
+        if not files:
+            raise ValueError(f"compare: {root} holds no result files (*.json, *.parquet)")
     results = [] if subset else [f"only in {a}: {f}" for f in sorted(files_a - files_b)]
     results += [f"only in {b}: {f}" for f in sorted(files_b - files_a)]
     provenance, within = [], []
@@ -212,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         "0 = bit-identical)",
     )
     args = parser.parse_args(argv)
-    comparison = compare_trees(args.a, args.b, subset=args.subset, rtol=args.rtol)
+    try:
+        comparison = compare_trees(args.a, args.b, subset=args.subset, rtol=args.rtol)
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
     for line in comparison.provenance + comparison.within_tolerance + comparison.results:
         print(line)
     verdict = "identical results" if not comparison.results else f"{len(comparison.results)} result differences"
