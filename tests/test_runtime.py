@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -67,6 +68,42 @@ def test_the_schema_accepts_exactly_the_package_precisions():
 def test_configs_name_their_precisions_by_the_new_names(config):
     data = yaml.safe_load(open(config))
     assert {data["evaluation"]["dtype"], data["neurons"]["dtype"]} <= set(PRECISIONS)
+
+
+class _Switches:
+    """A torch backend module that knows only the given attributes and raises on any other, as torch's do."""
+
+    def __init__(self, **values):
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        if name not in self._values:
+            raise AttributeError(f"unknown attribute {name}")
+        self._values[name] = value
+
+
+@pytest.mark.parametrize("torch_version", ["2.9+", "2.6-2.8"])
+def test_tf32_is_switched_on_torch_with_and_without_fp32_precision(torch_version):
+    if torch_version == "2.9+":
+        matmul, conv = _Switches(fp32_precision="ieee"), _Switches(fp32_precision="ieee")
+        backends = SimpleNamespace(cuda=SimpleNamespace(matmul=matmul), cudnn=SimpleNamespace(conv=conv))
+        read = lambda: (matmul.fp32_precision, conv.fp32_precision)  # noqa: E731
+        on, off = ("tf32", "tf32"), ("ieee", "ieee")
+    else:  # no fp32_precision: only the allow_tf32 switches
+        matmul, cudnn = _Switches(allow_tf32=False), _Switches(allow_tf32=False)
+        backends = SimpleNamespace(cuda=SimpleNamespace(matmul=matmul), cudnn=cudnn)
+        read = lambda: (matmul.allow_tf32, cudnn.allow_tf32)  # noqa: E731
+        on, off = (True, True), (False, False)
+    models._set_tf32(True, backends)
+    assert read() == on
+    models._set_tf32(False, backends)
+    assert read() == off
 
 
 def test_matmul_precision_sets_nothing_on_the_cpu(monkeypatch):

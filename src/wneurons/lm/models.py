@@ -117,10 +117,17 @@ _tf32_current: bool | None = None
 _tf32_users = 0
 
 
-def _set_tf32(on: bool) -> None:
-    mode = "tf32" if on else "ieee"
-    torch.backends.cuda.matmul.fp32_precision = mode
-    torch.backends.cudnn.conv.fp32_precision = mode
+def _set_tf32(on: bool, backends: Any = torch.backends) -> None:
+    """TF32 on or off in the CUDA matmul and cuDNN backends: ``fp32_precision`` where torch has it (2.9 and later),
+    else the older ``allow_tf32`` switches (torch 2.6-2.8, which pyproject.toml allows, raise on the new name)."""
+    matmul, cudnn = backends.cuda.matmul, backends.cudnn
+    if hasattr(matmul, "fp32_precision"):
+        mode = "tf32" if on else "ieee"
+        matmul.fp32_precision = mode
+        cudnn.conv.fp32_precision = mode
+    else:
+        matmul.allow_tf32 = on
+        cudnn.allow_tf32 = on
 
 
 @contextlib.contextmanager
