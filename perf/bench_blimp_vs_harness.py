@@ -92,8 +92,9 @@ def matmul_flops(threads: int, size: int = 2048, seconds: float = 2.0) -> float:
     return best
 
 
-# The first characters of the result line perf/harness/run_harness_blimp.py prints per run (lm-eval may print too).
-RESULT_LINE = '{"acc_by_paradigm"'
+# The first characters of the lines perf/harness/run_harness_blimp.py prints (lm-eval may print more): once ready,
+# then one result per run.
+READY, RESULT_LINE = "harness ready", '{"acc_by_paradigm"'
 
 
 class Harness:
@@ -118,17 +119,23 @@ class Harness:
             self.cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd="/tmp"
         )
 
+    def _read_until(self, prefix: str) -> str:
+        for line in self.proc.stdout:
+            if line.startswith(prefix):
+                return line
+        self.stderr.seek(0)
+        raise RuntimeError(f"harness run failed ({' '.join(self.cmd)}):\n{self.stderr.read()[-3000:]}")
+
+    def wait_ready(self) -> None:
+        """Returns once the process has loaded its model and warmed up (so that it computes nothing beside a
+        timed run of ours)."""
+        self._read_until(READY)
+
     def run(self) -> tuple[dict, dict]:
         """One timed run: timing + accuracy, and the per-pair log-likelihoods."""
         self.proc.stdin.write("run\n")
         self.proc.stdin.flush()
-        for line in self.proc.stdout:
-            if line.startswith(RESULT_LINE):
-                break
-        else:
-            self.stderr.seek(0)
-            raise RuntimeError(f"harness run failed ({' '.join(self.cmd)}):\n{self.stderr.read()[-3000:]}")
-        out = json.loads(line)
+        out = json.loads(self._read_until(RESULT_LINE))
         # Every paradigm has the same number of pairs, so the mean over paradigms is the micro-average.
         accuracy = float(np.mean(list(out["acc_by_paradigm"].values())))
         return {
@@ -225,6 +232,8 @@ def main() -> None:
     ]
     model, tokenizer = load_warm(args.model_dir, pairs, "float32", args.batch_size)
     try:
+        for harness in harnesses:
+            harness.wait_ready()
         for repeat in range(args.repeats):  # interleaved: ours, the harness at each batch size, ours, ...
             run, fp32 = bench_ours(model, tokenizer, pairs, "float32", args.batch_size)
             runs.append(run | {"repeat": repeat})
