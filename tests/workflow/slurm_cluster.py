@@ -1,5 +1,6 @@
-"""The localhost SLURM cluster of `.ci/slurm/up.sh` as the workflow tests use it: whether it is up, runs of the tiny
-project through `profiles/slurm` + `profiles/slurm-ci`, and what its allocations' logs say they ran.
+"""The localhost SLURM cluster of `.ci/slurm/up.sh` as the workflow tests use it: runs of the tiny project through
+`profiles/slurm` + `profiles/slurm-ci`, and what its allocations' logs say they ran. (Whether it is up: the `cluster`
+marker, tests/conftest.py.)
 
 Every allocation writes its own SLURM log (`.snakemake/slurm_logs/group_<group>/<SLURM job id>.log`); the inner
 Snakemake prints a `localrule <rule>:` block per member it starts and `Finished jobid: <id>` per member it finished.
