@@ -114,3 +114,18 @@ def test_the_harness_benchmark_runs_interleaved_on_a_tiny_model(tmp_path):
     # A harness interpreter that does not exist is an error, before any work.
     missing = subprocess.run([*cmd[:2], "--harness-python", "no/such/python"], cwd=REPO, capture_output=True, text=True)
     assert missing.returncode == 2 and "no such interpreter" in missing.stderr
+
+
+def test_the_scoring_profile_runs_on_a_tiny_model(tmp_path):
+    """perf/profile_blimp_scoring.py times each part of the engine's batches; on the tiny model it names every part
+    and counts the padding of the batches the engine would run."""
+    sys.path.insert(0, str(REPO / "tests" / "workflow"))
+    from tiny_project import make_tiny_project
+
+    make_tiny_project(tmp_path / "p")
+    cmd = [sys.executable, "perf/profile_blimp_scoring.py", "--model-dir", str(tmp_path / "p/model")]
+    cmd += ["--data-dir", str(tmp_path / "p/src/blimp"), "--n-pairs", "6", "--batch-size", "4", "--threads", "1"]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=True).stdout
+    for part in ("tokenize", "forward (body + head)", "body", "LM head", "gather + logsumexp", "of which padding"):
+        assert part in out, out
+    assert "24 sentences, 6 batches of 4" in out, out
