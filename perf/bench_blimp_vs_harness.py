@@ -73,10 +73,11 @@ def bench_ours(model, tokenizer, pairs: pl.DataFrame, dtype: str, batch_size: in
 
 
 def positions_fed(tokenizer, pairs: pl.DataFrame) -> int:
-    """Token positions one scoring of ``pairs`` runs through the model under the harness convention (the context
-    token and every sentence token, good and bad): the same count on both sides."""
+    """Token positions one scoring of ``pairs`` runs through the model under the harness convention, padding aside:
+    the context token and every sentence token but the last (which predicts nothing), good and bad sentences. The
+    same count on both sides."""
     texts = pairs["sentence_good"].to_list() + pairs["sentence_bad"].to_list()
-    return sum(len(ids) for ids in CONVENTIONS["harness"].encode(tokenizer, texts)[0])
+    return sum(len(ids) - 1 for ids in CONVENTIONS["harness"].encode(tokenizer, texts)[0])
 
 
 def matmul_flops(threads: int, size: int = 2048, seconds: float = 2.0) -> float:

