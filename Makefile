@@ -63,7 +63,7 @@ browser:
 PYTEST := $(BIN)/pytest -q -rs --durations=25
 
 test: install
-	PYTEST=$(BIN)/pytest bash tests/run_suite.sh
+	PYTEST="$(PYTEST)" bash tests/run_suite.sh
 
 test-cluster: install
 	$(PYTEST) -m cluster

@@ -42,6 +42,12 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = Path(os.environ.get("WNEURONS_SHARED_DATA", "/work/shared/data")) / "blimp" / "data"
 
 
+def first_pairs(data_dir: Path, n_paradigms: int, n_pairs: int) -> tuple[list[str], pl.DataFrame]:
+    """The first ``n_paradigms`` BLiMP paradigms (sorted by name) and the first ``n_pairs`` pairs of each."""
+    paradigms = sorted(p.stem for p in data_dir.glob("*.jsonl"))[:n_paradigms]
+    return paradigms, load_blimp(data_dir, paradigms).group_by("paradigm", maintain_order=True).head(n_pairs)
+
+
 def load_warm(model_dir: str, pairs: pl.DataFrame, dtype: str, batch_size: int):
     """Our model in ``dtype``, warmed up on a few pairs (the first batches pay one-off allocations)."""
     model, tokenizer = load_model(local_path=model_dir, dtype=dtype)
@@ -220,8 +226,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    paradigms = sorted(p.stem for p in args.data_dir.glob("*.jsonl"))[: args.n_paradigms]
-    pairs = load_blimp(args.data_dir, paradigms).group_by("paradigm", maintain_order=True).head(args.n_pairs)
+    paradigms, pairs = first_pairs(args.data_dir, args.n_paradigms, args.n_pairs)
     print(
         f"{len(paradigms)} paradigms x {args.n_pairs} pairs = {pairs.height} pairs; {torch.get_num_threads()} threads"
     )
@@ -271,13 +276,11 @@ def main() -> None:
     )
     del model
 
-    comparisons, medians = [], {}
-    for bs in batch_sizes:
-        theirs = [r for r in runs if r["side"] == "lm-eval" and r["batch_size"] == bs]
-        medians[bs] = float(np.median([r["sentences_per_s"] for r in theirs]))
+    comparisons = []
+    by_bs = {bs: [r for r in runs if r["side"] == "lm-eval" and r["batch_size"] == bs] for bs in batch_sizes}
+    medians = {bs: float(np.median([r["sentences_per_s"] for r in theirs])) for bs, theirs in by_bs.items()}
     best = max(medians, key=medians.get, default=None)
-    for bs in batch_sizes:
-        theirs = [r for r in runs if r["side"] == "lm-eval" and r["batch_size"] == bs]
+    for bs, theirs in by_bs.items():
         ratios = [o["sentences_per_s"] / t["sentences_per_s"] for o, t in zip(ours, theirs, strict=True)]
         cpu_ratios = [o["sentences_per_cpu_s"] / t["sentences_per_cpu_s"] for o, t in zip(ours, theirs, strict=True)]
         row = {

@@ -14,24 +14,14 @@ part is timed over ``--repeats`` passes, best pass reported (the parts are compa
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
+from bench_blimp_vs_harness import DEFAULT_DATA, first_pairs  # this folder: the benchmark's pairs
 
 from wneurons.lm.models import load_model
-from wneurons.lm.scoring import padded_rows, target_logprobs, tokenize
-from wneurons.store.data import load_blimp
-
-DEFAULT_DATA = Path(os.environ.get("WNEURONS_SHARED_DATA", "/work/shared/data")) / "blimp" / "data"
-
-
-def batches(offsets: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """Row indices of each batch, in the engine's order (longest first, stable)."""
-    order = np.argsort(-(offsets[1:] - offsets[:-1]), kind="stable")
-    return [order[lo : lo + batch_size] for lo in range(0, len(order), batch_size)]
+from wneurons.lm.scoring import batch_tensors, length_order, target_logprobs, tokenize
 
 
 def best_of(repeats: int, fn) -> float:
@@ -56,20 +46,17 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    paradigms = sorted(p.stem for p in args.data_dir.glob("*.jsonl"))[: args.n_paradigms]
-    pairs = load_blimp(args.data_dir, paradigms).group_by("paradigm", maintain_order=True).head(args.n_pairs)
+    _, pairs = first_pairs(args.data_dir, args.n_paradigms, args.n_pairs)
     texts = pairs["sentence_good"].to_list() + pairs["sentence_bad"].to_list()
     model, tokenizer = load_model(local_path=args.model_dir, dtype="float32")
     body, head = model.get_decoder(), model.get_output_embeddings()
 
     times = {"tokenize": best_of(args.repeats, lambda: tokenize(tokenizer, texts, "harness"))}
     flat, offsets, _ = tokenize(tokenizer, texts, "harness")
-    inputs = []
-    for rows in batches(offsets, args.batch_size):
-        lengths = offsets[rows + 1] - offsets[rows]
-        ids = torch.from_numpy(padded_rows(flat, offsets[rows], lengths))
-        valid = torch.from_numpy(np.arange(1, ids.shape[1])[None, :] < lengths[:, None])
-        inputs.append((ids[:, :-1], ids[:, 1:], valid, bool((lengths == lengths[0]).all())))
+    order, inputs = length_order(offsets), []
+    for lo in range(0, len(order), args.batch_size):  # the engine's batches (wneurons.lm.scoring)
+        inputs_, targets, valid = batch_tensors(flat, offsets, order[lo : lo + args.batch_size])
+        inputs.append((inputs_, targets, valid, bool(valid.all())))
     fed = sum(x.numel() for x, *_ in inputs)
     real = int((offsets[1:] - offsets[:-1] - 1).sum())
 

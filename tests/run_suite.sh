@@ -7,12 +7,14 @@
 # output follows the others'; the exit status fails if either failed. Without a cluster, one pytest runs everything
 # and the cluster tests are skipped, each saying why.
 #
-#   bash tests/run_suite.sh [pytest args]      # PYTEST: the pytest command (default .venv/bin/pytest)
+#   bash tests/run_suite.sh [pytest args]   # PYTEST: the pytest command and its options (make test passes the
+#                                           # Makefile's; default .venv/bin/pytest -q -rs --durations=25)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-read -r -a PYTEST <<<"${PYTEST:-.venv/bin/pytest}"
-PYTEST+=(-q -rs --durations=25 "$@")
+read -r -a PYTEST <<<"${PYTEST:-.venv/bin/pytest -q -rs --durations=25}"
+PYTEST+=("$@")
 
+# The same test of a cluster as tests/conftest.py's cluster_up().
 if ! { command -v squeue >/dev/null && timeout 20 squeue -h >/dev/null 2>&1; }; then
   exec "${PYTEST[@]}"
 fi

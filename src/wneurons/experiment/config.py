@@ -224,12 +224,11 @@ def _check_roots(config: dict, workdir: Path) -> None:
         ("neurons.activations_dir", roots.activations),
         ("neurons.kept_activations_dir", roots.kept_activations),
     )
+    resolved = {key: (workdir / path).resolve() for key, path in keys}  # an absolute path stays itself
     for key, path in keys:
-        where = (workdir / path).resolve()  # an absolute path stays itself
-        if where.exists() and not where.is_dir():
+        if resolved[key].exists() and not resolved[key].is_dir():
             raise ConfigError(f"config: {key}: {path!r} is a file, not a directory")
-    results = (workdir / roots.results).resolve()
-    if results == here or results in here.parents:
+    if resolved["results_dir"] == here or resolved["results_dir"] in here.parents:
         raise ConfigError(
             f"config: results_dir: {roots.results!r} is the workflow's directory {here} or one above it; "
             "name a directory of its own (default results)"

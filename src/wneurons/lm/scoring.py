@@ -243,6 +243,24 @@ def model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
+def length_order(offsets: np.ndarray) -> np.ndarray:
+    """The order the engine scores sequences in: longest first (the largest batch comes first, so the memory peak
+    shows at once, and neighbours have similar length), ties in input order."""
+    return np.argsort(-(offsets[1:] - offsets[:-1]), kind="stable")
+
+
+def batch_tensors(
+    flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(inputs, targets, valid)`` of the sequences ``rows``, padded: position t predicts token t+1, and the last
+    position predicts nothing, so it is not fed; ``valid`` marks the positions that are not padding."""
+    lengths = offsets[rows + 1] - offsets[rows]
+    ids = padded_rows(flat, offsets[rows], lengths)
+    ids_t = torch.from_numpy(ids).to(device)
+    valid = torch.from_numpy(np.arange(1, ids.shape[1])[None, :] < lengths[:, None]).to(device)
+    return ids_t[:, :-1], ids_t[:, 1:], valid
+
+
 def batched_logprob_sums(
     model,
     flat: np.ndarray,
@@ -257,19 +275,13 @@ def batched_logprob_sums(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     n = len(offsets) - 1
     sums = np.zeros(n, dtype=np.float64)
-    # Longest first: the largest batch comes first (memory peak shows at once) and neighbours have similar length.
-    order = np.argsort(-(offsets[1:] - offsets[:-1]), kind="stable")
+    order = length_order(offsets)
     device = model_device(model)
     tracker = Progress(n, "sentences", progress)
 
     def score_rows(lo: int, hi: int) -> None:
         rows = order[lo:hi]
-        lengths = offsets[rows + 1] - offsets[rows]
-        ids = padded_rows(flat, offsets[rows], lengths)
-        ids_t = torch.from_numpy(ids).to(device)
-        # Position t predicts token t+1; the last position predicts nothing, so it is not fed.
-        inputs, targets = ids_t[:, :-1], ids_t[:, 1:]
-        valid = torch.from_numpy(np.arange(1, ids.shape[1])[None, :] < lengths[:, None]).to(device)
+        inputs, targets, valid = batch_tensors(flat, offsets, rows, device)
         logits = model(input_ids=inputs, attention_mask=valid.long(), use_cache=False).logits
         token_lp = target_logprobs(logits, targets)
         sums[rows] = token_lp.double().masked_fill(~valid, 0.0).sum(dim=1).cpu().numpy()
