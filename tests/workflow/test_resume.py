@@ -93,12 +93,16 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def start(root: Path, log: Path, *args: str, threads: bool = True) -> subprocess.Popen:
+def start(
+    root: Path, log: Path, *args: str, threads: bool = True, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """Start Snakemake in ``root`` in its own process group (its jobs inherit the group), output to ``log``;
-    ``threads``: jobs in threads of Snakemake's process (profiles/local), else one process per job (as SLURM)."""
+    ``threads``: jobs in threads of Snakemake's process (profiles/local), else one process per job (as SLURM);
+    ``env``: variables added to this process's environment."""
     with open(log, "w") as fh:
         return subprocess.Popen(
             snakemake_command(root, *args, threads=threads),
+            env=os.environ | (env or {}),
             stdout=fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -219,12 +223,14 @@ def job_log(output: str) -> Path:
     raise ValueError(f"no log mapping for {output}")
 
 
-def job_running(root: Path, matches: Callable[[str], bool], min_done: int = 0, done_glob: str = "") -> list[str]:
+def job_running(
+    root: Path, matches: Callable[[str], bool], min_done: int = 0, done_glob: str = "", opened: bool = True
+) -> list[str]:
     """Outputs of running jobs that match, once each has opened its log (i.e. is past its imports and doing its
-    work) and at least ``min_done`` files match ``done_glob``; else an empty list."""
+    work; unless not ``opened``) and at least ``min_done`` files match ``done_glob``; else an empty list."""
     if min_done and len(list(root.glob(done_glob))) < min_done:
         return []
-    return [o for o in running_outputs(root) if matches(o) and (root / job_log(o)).exists()]
+    return [o for o in running_outputs(root) if matches(o) and (not opened or (root / job_log(o)).exists())]
 
 
 def finished_in_run(output: str, root: Path) -> set[Job]:
@@ -292,12 +298,16 @@ def reference(tmp_path_factory) -> tuple[Path, Counter]:
 
 
 ANY = {k: "*" for k in ("model", "revision", "scope", "selector", "percent", "trial", "benchmark")}
-# (name, which running outputs count, files that must be finished already, how many)
+# (name, which running outputs count, files that must be finished already, how many, wait for the job's log)
 KILL_POINTS = [
-    ("collect_activations", lambda o: wildcards_of(SHARDS, o) is not None, "", 0),
-    ("score_ablation", lambda o: wildcards_of(ABLATION, o) is not None, ABLATION.format_map(ANY), 2),
-    ("aggregate_scores", lambda o: wildcards_of(AGGREGATE, o) is not None, "", 0),
+    ("collect_activations", lambda o: wildcards_of(SHARDS, o) is not None, "", 0, True),
+    ("score_ablation", lambda o: wildcards_of(ABLATION, o) is not None, ABLATION.format_map(ANY), 2, True),
+    # An aggregate job lasts a few tens of milliseconds, less than a poll on a busy machine (CI once saw the run
+    # end without catching one): until that kill, each waits DELAY_S before its work (WNEURONS_INJECT_DELAY_ONLY),
+    # and it counts as running from its incomplete marker, as its log opens only after the wait.
+    ("aggregate_scores", lambda o: wildcards_of(AGGREGATE, o) is not None, "", 0, False),
 ]
+DELAY_S = 3
 
 
 def test_kill_minus_9_at_three_moments_then_resume(reference, tmp_path):
@@ -307,10 +317,13 @@ def test_kill_minus_9_at_three_moments_then_resume(reference, tmp_path):
     finished: list[set[Job]] = []  # per segment
     before_kill: dict[str, int] = {}  # files finished before some kill -> mtime then
     report = []
-    proc = start(root, root / "run0.log", *RUN_ARGS)
-    for i, (name, matches, done_glob, min_done) in enumerate(KILL_POINTS):
+    delays_off = root.parent / "delays-off"
+    delay = {"WNEURONS_INJECT_DELAY": f"{DELAY_S}:{delays_off}", "WNEURONS_INJECT_DELAY_ONLY": "aggregate_scores.py"}
+    proc = start(root, root / "run0.log", *RUN_ARGS, env=delay)
+    for i, (name, matches, done_glob, min_done, opened) in enumerate(KILL_POINTS):
         log = root / f"run{i}.log"
-        wait_until(proc, lambda m=matches, g=done_glob, n=min_done: job_running(root, m, n, g), f"a {name} job", log)
+        running = lambda m=matches, g=done_glob, n=min_done, o=opened: job_running(root, m, n, g, o)  # noqa: E731
+        wait_until(proc, running, f"a {name} job", log)
         killed = kill_run(proc)
         assert not [p for p in killed if alive(p)], f"processes survived the kill at {name}"
         finished.append(finished_in_run(log.read_text(), root))  # the run is dead: log and markers hold still
@@ -332,7 +345,9 @@ def test_kill_minus_9_at_three_moments_then_resume(reference, tmp_path):
 
         # The same command again. Snakemake's lock files survive kill -9 and must be removed first.
         subprocess.run(snakemake_command(root, "--unlock", *RUN_ARGS), check=True, capture_output=True)
-        proc = start(root, root / f"run{i + 1}.log", *RUN_ARGS)
+        if i == len(KILL_POINTS) - 1:
+            delays_off.touch()
+        proc = start(root, root / f"run{i + 1}.log", *RUN_ARGS, env=delay)
     out = finish(proc, root / f"run{len(KILL_POINTS)}.log")
     finished.append(finished_in_run(out, root))
     print("\n".join(report))

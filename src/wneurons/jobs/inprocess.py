@@ -98,13 +98,16 @@ def inject_fault(script: str, wildcards: Any) -> None:
     """Fault tests only (tests/workflow/test_slurm_faults.py), never set in a real run.
 
     ``WNEURONS_INJECT_DELAY=<seconds>:<file>``: every job waits that long first, until the file exists (so that a
-    fault can strike while an allocation of the tiny test project still runs).
+    fault can strike while an allocation of the tiny test project still runs); with
+    ``WNEURONS_INJECT_DELAY_ONLY=<script>``, only that script's jobs wait (tests/workflow/test_resume.py: a kill
+    during a job that otherwise lasts less than the poll that looks for it).
     ``WNEURONS_INJECT_FAULT=<script>:<benchmark>:<marker>``: the first job of that script and benchmark raises, once
     (creating the marker file records it, atomically across processes).
     """
     if os.environ.get("WNEURONS_INJECT_DELAY"):
         seconds, until = os.environ["WNEURONS_INJECT_DELAY"].split(":", 1)
-        if not Path(until).exists():
+        only = os.environ.get("WNEURONS_INJECT_DELAY_ONLY")
+        if not Path(until).exists() and only in (None, script):
             time.sleep(float(seconds))
     spec = os.environ.get("WNEURONS_INJECT_FAULT")
     if not spec:
