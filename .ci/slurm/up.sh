@@ -18,7 +18,7 @@
 #   SLURM_CI_MEM_MB     node RealMemory in MB                            (default: physical - max(4 GiB, 20 %))
 #   SLURM_CI_CPUS       node CPUs                                        (default: 4 x this machine's)
 #   SLURM_CI_TIMEOUT    seconds allowed for each wait (install, node idle, smoke job)    (default 120)
-#   SLURM_CI_MAXTIME    every partition's MaxTime in minutes; must match profiles/slurm-ci/site.yaml (default 15)
+#   SLURM_CI_MAXTIME    every partition's MaxTime in minutes; the planner reads it (site_limits=slurm)  (default 15)
 #
 # Configured like a real site, not an unlimited one: a finite MaxTime with EnforcePartLimits=ALL (a longer request is
 # refused at submission), and preemption by partition priority: jobs of the default partition ($PARTITION,

@@ -34,6 +34,7 @@ from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_args, format_cli_arg, join_cli_args
 
+from wneurons.experiment import slurm_site
 from wneurons.jobs import ledger
 
 from .settings import ExecutorSettings  # noqa: F401 (Snakemake reads it from this module)
@@ -41,7 +42,7 @@ from .settings import ExecutorSettings  # noqa: F401 (Snakemake reads it from th
 # The module the allocation's command runs instead of `snakemake`: Snakemake's own CLI plus the closing line.
 ALLOCATION_MODULE = f"{__name__}.allocation"
 # Environment variable that carries the group's name (e.g. gpu-smollm2-135m-main-a0) into the allocation.
-GROUP_VARIABLE = "WNEURONS_SLURM_GROUP"
+GROUP_VARIABLE = slurm_site.ALLOCATION_VARIABLE
 # Never sent to SLURM: sbatch runs with these removed from its environment, so `--export=ALL` cannot carry a hub
 # token into the job's environment or slurmctld's job record (compute jobs read staged files only).
 SECRET_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_TOKEN")
@@ -155,22 +156,35 @@ def _without_secrets(get_submit_command):
     return build
 
 
-def _preemption_is_failure(query_job_status):
-    """The slurm plugin's status query with PREEMPTED reported as CANCELLED: the plugin treats PREEMPTED as running
-    forever (with PreemptMode=CANCEL it never changes again), so the job would hang. The preempted job is cancelled
-    for good (were the site to requeue it, two copies would run) and the outer run resubmits what is left."""
+def _site_events_left_to_executor(query_job_status):
+    """The slurm plugin's status query with the states :meth:`Executor.check_active_jobs` handles before the plugin
+    (preemption, node and boot failures) reported as still running. The plugin would treat PREEMPTED as running
+    forever (with PreemptMode=CANCEL it never changes again) and NODE_FAIL as a failure that spends a retry; a state
+    that turns between this executor's own query and the plugin's is handled at the next check."""
 
     async def query(command: str, logger):
         statuses, duration = await query_job_status(command, logger)
         for jobid, state in (statuses or {}).items():
-            if state.startswith("PREEMPTED"):
-                logger.warning(f"SLURM job {jobid} was preempted: cancelled, its unfinished members resubmitted")
-                subprocess.run(["scancel", jobid], capture_output=True, timeout=60)
-                statuses[jobid] = "CANCELLED"
+            if state.split()[0] in slurm_site.RESUBMIT_STATES if state else False:
+                statuses[jobid] = "RUNNING"
         return statuses, duration
 
     query.wneurons = True
     return query
+
+
+def site_states(run_uuid: str) -> dict[str, tuple[str, str]] | None:
+    """jobid -> (state, pending reason) of this run's SLURM jobs (squeue; the jobs it still lists); None when squeue
+    cannot be asked."""
+    cmd = ["squeue", "-h", "--states=all", "--name", run_uuid, "-o", "%i|%T|%r"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    rows = (line.split("|", 2) for line in out.stdout.splitlines() if line.count("|") >= 2)
+    return {jobid.strip(): (state.strip(), reason.strip()) for jobid, state, reason in rows}
 
 
 # The two seams in the slurm plugin (pinned >=2.8,<2.9 in pyproject.toml; tests/test_slurm_executor.py checks
@@ -178,12 +192,28 @@ def _preemption_is_failure(query_job_status):
 if not getattr(slurm_plugin.get_submit_command, "wneurons", False):
     slurm_plugin.get_submit_command = _without_secrets(slurm_plugin.get_submit_command)
 if not getattr(slurm_plugin.query_job_status, "wneurons", False):
-    slurm_plugin.query_job_status = _preemption_is_failure(slurm_plugin.query_job_status)
+    slurm_plugin.query_job_status = _site_events_left_to_executor(slurm_plugin.query_job_status)
+
+# Resubmissions of one allocation after the site took it away (preemption, NODE_FAIL, BOOT_FAIL) and of one sbatch
+# after a transient refusal, before the executor gives up on it. These spend none of Snakemake's retries.
+MAX_RESUBMISSIONS = 20
+# Seconds between sbatch attempts after a transient refusal (controller restarting, MaxSubmit): doubled each time.
+SUBMIT_BACKOFF_S = (5, 10, 20, 40, 60, 120, 240)
+# Status checks in a row that must miss a job never seen in squeue before it counts as gone.
+MISSES_BEFORE_GONE = 3
 
 
 class Executor(SlurmExecutor):
     def __post_init__(self, test_mode: bool = False) -> None:
         super().__post_init__(test_mode=test_mode)
+        self._seen: set[str] = set()  # SLURM job ids squeue has listed
+        self._misses: dict[str, int] = {}  # never listed yet: status checks that missed it
+        self._ours: set[str] = set()  # job ids this executor cancelled itself
+        self._resubmitted: dict[int, int] = {}  # Snakemake job id -> resubmissions spent on site events
+        # The plan was made without the site's limits (`site_limits: slurm`, but SLURM did not answer when the DAG
+        # was built): submitting it could ask what the site refuses or never starts.
+        if slurm_site.READ_ERROR and not test_mode:
+            raise WorkflowError(f"{slurm_site.READ_ERROR}: nothing submitted (the plan needs the site's limits)")
         # A restart of the main process must not start a second copy of allocations an earlier run (killed, or its
         # login session lost) left running: both would write the same files. Its DAG was built from the files as
         # they were before those allocations end, so waiting here would not help: stop, in one line.
@@ -197,13 +227,120 @@ class Executor(SlurmExecutor):
             )
 
     async def check_active_jobs(self, active_jobs):
-        """The slurm plugin's status check, with its growing wait between checks capped by the setting
+        """The slurm plugin's status check, after this executor's own reading of the site's events
+        (:meth:`site_event`), with the plugin's growing wait between checks capped by the setting
         ``max_seconds_between_status_checks``."""
-        async for job in super().check_active_jobs(active_jobs):
+        states = site_states(self.run_uuid) if active_jobs else None
+        left = [j for j in active_jobs if states is None or not self.site_event(j, states)]
+        async for job in super().check_active_jobs(left):
             yield job
         cap = self.workflow.executor_settings.max_seconds_between_status_checks
         if cap and self.next_seconds_between_status_checks > cap:
             self.next_seconds_between_status_checks = cap
+
+    def site_event(self, job_info, states: dict[str, tuple[str, str]]) -> bool:
+        """Handle what the site did to one allocation, from squeue's state and reason; True if handled here (the
+        job is resubmitted, ended or judged, and not passed on to the slurm plugin's check)."""
+        jobid = str(job_info.external_jobid)
+        if jobid not in states:
+            return self.judge_missing(job_info)
+        self._seen.add(jobid)
+        self._misses.pop(jobid, None)
+        state, reason = states[jobid]
+        if state == "PENDING" and slurm_site.never_starts(reason):
+            self.end_for_good(job_info, self.request_line(job_info, f"SLURM holds it PENDING ({reason})"), cancel=True)
+            return True
+        kind = slurm_site.classify_state(state, cancelled_by_us=jobid in self._ours)
+        if kind == slurm_site.RESUBMIT:
+            self.resubmit(job_info, state)
+            return True
+        if kind == slurm_site.STOP:
+            self.end_for_good(
+                job_info,
+                f"wneurons-slurm: allocation {job_info.job.name} (SLURM job {jobid}) was cancelled (scancel by a user "
+                "or an admin): not resubmitted; its finished members are kept, a new run submits the rest",
+            )
+            return True
+        return False
+
+    def judge_missing(self, job_info) -> bool:
+        """A job squeue no longer lists (purged after the site's MinJobAge, e.g. while this run was stopped) or has
+        never listed: judged by its allocation's ledger once it was seen before or missed
+        :data:`MISSES_BEFORE_GONE` checks in a row, never counted as running forever."""
+        jobid = str(job_info.external_jobid)
+        self._misses[jobid] = self._misses.get(jobid, 0) + 1
+        if jobid not in self._seen and self._misses[jobid] < MISSES_BEFORE_GONE:
+            return False
+        left, total = unfinished(job_info.job, self.manifest_of(job_info.job)), len(members_of(job_info.job))
+        if not left:
+            self.logger.info(f"wneurons-slurm: SLURM job {jobid} is no longer listed; its ledger: all {total} done")
+            self.report_job_success(job_info)
+        else:
+            self.report_job_error(
+                job_info, msg=f"SLURM no longer lists the job (past MinJobAge); its ledger: {len(left)} unfinished"
+            )
+        return True
+
+    def request_line(self, job_info, why: str) -> str:
+        job = job_info.job
+        runtime, mem = int(job.resources.get("runtime", 0) or 0), int(job.resources.get("mem_mb", 0) or 0)
+        return slurm_site.request_line(job.name, job_info.external_jobid, runtime, mem, why, slurm_site.LIMITS)
+
+    def end_for_good(self, job_info, line: str, cancel: bool = False) -> None:
+        """Fail the allocation without a retry: retrying the same request, or what a user cancelled, cannot help.
+        Snakemake retries a job while ``restart_times > attempt - 1`` (its scheduler's _handle_error), so the
+        attempt is set past the last one first."""
+        if cancel and job_info.external_jobid:
+            self._ours.add(str(job_info.external_jobid))
+            subprocess.run(["scancel", str(job_info.external_jobid)], capture_output=True, timeout=60)
+        self.logger.error(line)
+        job_info.job.attempt = job_info.job.restart_times + 1
+        self.report_job_error(job_info, msg=line)
+
+    def resubmit(self, job_info, state: str) -> None:
+        """The site took the allocation away (preempted, its node failed or never booted): its unfinished members
+        are submitted again at the same request, without spending a retry or raising memory."""
+        job, jobid = job_info.job, str(job_info.external_jobid)
+        count = self._resubmitted[job.jobid] = self._resubmitted.get(job.jobid, 0) + 1
+        if count > MAX_RESUBMISSIONS:
+            line = f"wneurons-slurm: allocation {job.name} taken away by the site {count - 1} times (now {state})"
+            self.end_for_good(job_info, line + ": given up; a new run resubmits what is left")
+            return
+        if not wait_until_gone(jobid):
+            self.logger.warning(f"wneurons-slurm: SLURM job {jobid} still listed after {GONE_TIMEOUT_S} s")
+        left, total = unfinished(job, self.manifest_of(job)), len(members_of(job))
+        self.logger.warning(
+            f"wneurons-slurm: allocation {job.name} (SLURM job {jobid}) {state} (site event {count}): "
+            f"{total - len(left)} of {total} members finished and are kept; the other {len(left)} are resubmitted "
+            f"at the same request (retries untouched, attempt {job.attempt})"
+        )
+        remove_outputs(left, self.logger, job.jobid)
+        self.run_job(job)
+
+    def _report_job_error_threadsafe(self, job_info, msg: str) -> None:
+        """An sbatch refusal (the slurm plugin reports it here, from the submitting thread): a transient one is tried
+        again with back-off without spending a retry; a limit is ended for good with one line naming the request,
+        the limit and the key; any other goes to Snakemake's retries."""
+        refusal = slurm_site.classify_refusal(msg) if job_info.external_jobid is None else None
+        job = job_info.job
+        if refusal == slurm_site.TRANSIENT:
+            count = self._resubmitted[job.jobid] = self._resubmitted.get(job.jobid, 0) + 1
+            if count <= MAX_RESUBMISSIONS:
+                wait = SUBMIT_BACKOFF_S[min(count, len(SUBMIT_BACKOFF_S)) - 1]
+                self.logger.warning(
+                    f"wneurons-slurm: sbatch of {job.name} refused for now ({msg.splitlines()[0][:200]}): "
+                    f"submitted again in {wait} s (retries untouched)"
+                )
+                time.sleep(wait)
+                self.run_job(job)
+                return
+        if refusal == slurm_site.LIMIT:
+            refused = next((line.strip() for line in msg.splitlines() if "error" in line.lower()), msg.splitlines()[0])
+            line = self.request_line(job_info, f"sbatch refuses it ({refused[:200]})")
+            self.logger.error(line)
+            job.attempt = job.restart_times + 1
+            msg = line
+        super()._report_job_error_threadsafe(job_info, msg)
 
     def report_job_error(self, job_info, msg=None, **kwargs) -> None:
         job = job_info.job

@@ -12,6 +12,7 @@ refused by the cluster (EnforcePartLimits=ALL) and ends the run instead of waiti
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -218,14 +219,44 @@ def test_main_snakemake_killed_and_restarted_while_allocations_run(project, refe
     assert_complete_and_once(project, reference, out)
 
 
-def test_allocation_over_the_partition_limit_is_refused_by_the_site(project):
+@contextlib.contextmanager
+def enforce_part_limits(value: str):
+    """The CI cluster with ``EnforcePartLimits=<value>`` (``scontrol reconfigure``), restored after: NO is SLURM's
+    default, under which an over-limit allocation is accepted and stays PENDING (PartitionTimeLimit) forever."""
+    conf = Path(os.environ.get("SLURM_CI_DIR", "/tmp/wneurons-slurm")) / "etc/slurm.conf"
+    before = conf.read_text()
+    conf.write_text(re.sub(r"(?m)^EnforcePartLimits=\w+$", f"EnforcePartLimits={value}", before))
+    try:
+        scontrol("reconfigure")
+        yield
+    finally:
+        conf.write_text(before)
+        scontrol("reconfigure")
+
+
+@pytest.mark.parametrize("enforce", ["ALL", "NO"])
+def test_allocation_over_the_partition_limit_ends_in_one_line(project, enforce):
+    """A site file that overstates the limit (10 h where the partition allows 15 min) and wins over what SLURM
+    states: under ALL sbatch refuses the allocation, under NO (SLURM's default) it is accepted and never starts.
+    Either way the run ends in seconds with one line naming what was asked, the limit and the key, and the refusal
+    is not retried (the same request cannot pass)."""
     site = project / "site-long.yaml"
-    site.write_text("max_runtime: 600\ntflops: 0.1\n")  # believes the site allows 10 h: the partition allows 15 min
-    rc, out = finish(start(project, "--config", f"site={site}", "--retries", "0"))
-    # SLURM refuses (EnforcePartLimits=ALL) only if an allocation asked more than MaxTime; this one asks the
-    # checkpoint's whole sum, so sbatch must refuse it, in one line naming the time limit.
+    site.write_text("max_runtime: 600\ntflops: 0.1\n")
+    with enforce_part_limits(enforce):
+        start_s = time.monotonic()
+        rc, out = finish(start(project, "--config", "site_limits=slurm", f"site={site}"))
+        took = time.monotonic() - start_s
     assert rc != 0
-    assert "Requested time limit is invalid" in out or "time limit" in out.lower(), out[-3000:]
+    lines = [line for line in out.splitlines() if "can never start" in line]
+    assert lines, out[-3000:]
+    why = "sbatch refuses it (" if enforce == "ALL" else "SLURM holds it PENDING (PartitionTimeLimit)"
+    assert why in lines[0], lines[0]
+    assert re.search(r"asks \d+ min and [\d,]+ MB; the site: partition ci: MaxTime 15 min", lines[0]), lines[0]
+    assert "`max_runtime`" in lines[0] and "(config key `site`)" in lines[0]
+    # The disagreement was said before anything was submitted, and the refusal was not retried.
+    assert "sets max_runtime 600 min, above what partition ci allows (15 min)" in out
+    assert "Trying to restart job" not in out, out[-3000:]
+    print(f"EnforcePartLimits={enforce}: the run ended {took:.0f} s after its start: {lines[0]}")
 
 
 def node_state(node: str) -> str:

@@ -19,6 +19,7 @@ from wneurons.experiment import (
     paths,
     reporting,
     scratch,
+    slurm_site,
     targets,
     training,
 )
@@ -214,12 +215,24 @@ def of_config(function):
 # The site's limits and GPU placement: the file `site` of the config (the user's site profile sets it,
 # profiles/site.example), else the defaults of wneurons.experiment.allocations.Site.
 try:
-    SITE = allocations.Site.from_file(
-        allocations.site_path(config["site"], workflow.basedir)
-    )
+    SITE_FILE = allocations.site_path(config["site"], workflow.basedir)
+    SITE = allocations.Site.from_file(SITE_FILE)
+    # `site_limits: slurm` (profiles/slurm): the limits SLURM states, where the site file is silent. Not inside an
+    # allocation (its inner run submits nothing, and hundreds of allocations would each ask the controller).
+    # Where SLURM cannot be asked (a dry run on a laptop), one line says the plan uses the site file or the
+    # defaults; the executor refuses to submit such a plan (slurm_site.READ_ERROR).
+    if config["site_limits"] == "slurm" and slurm_site.ALLOCATION_VARIABLE not in os.environ:
+        SITE, notes = slurm_site.site_from_slurm(SITE, SITE_FILE)
+        print("\n".join(notes), file=sys.stderr)
 except ValueError as err:
     sys.exit(str(err))
-PLANNER = allocations.Planner(config, SITE)
+PLANNER = allocations.Planner(
+    config,
+    SITE,
+    slurm_site.runtime_source(
+        config["site_limits"], slurm_site.given_keys(SITE_FILE), slurm_site.LIMITS
+    ),
+)
 # Every allocation group (gpu-{model}-{revision}-a{k}) is one group job however many connected components its jobs
 # form: Snakemake looks their number up under the group's parent id, which profiles/slurm's `group-components` sets.
 ALLOCATION_GROUPS = "gpu-allocation"

@@ -302,8 +302,9 @@ class Planner:
     """The allocations of a run's checkpoints under one site, computed once per checkpoint (the group and runtime
     functions of every allocated rule ask it for each job of the DAG)."""
 
-    def __init__(self, config: dict, site: Site) -> None:
-        self.config, self.site = config, site
+    def __init__(self, config: dict, site: Site, runtime_source: str = "site file, max_runtime") -> None:
+        """``runtime_source``: where ``site.max_runtime`` comes from, for the error that names it."""
+        self.config, self.site, self.runtime_source = config, site, runtime_source
         self._plans: dict[tuple[str, str], dict[JobKey, tuple[int, int]]] = {}
 
     def plan(self, model: str, revision: str) -> dict[JobKey, tuple[int, int]]:
@@ -317,7 +318,7 @@ class Planner:
                 if math.ceil(m + load) > self.site.max_runtime:
                     raise AllocationTooLong(
                         f"{rule} {'/'.join(str(v) for v in w.values())} needs {math.ceil(m + load)} minutes, more "
-                        f"than the site's max_runtime {self.site.max_runtime} (site file, max_runtime): raise it, or "
+                        f"than the site's max_runtime {self.site.max_runtime} ({self.runtime_source}): raise it, or "
                         "cap the job's data (evaluation.*_per_*, perplexity_max_tokens, neurons.max_tokens)"
                     )
             indices, requested = pack(minutes, load, self.site.max_runtime)
