@@ -253,3 +253,73 @@ def test_a_failed_allocation_is_waited_for_until_its_processes_ended(monkeypatch
     assert executor.wait_until_gone("7")
     monkeypatch.setattr(executor.subprocess, "run", lambda cmd, **kw: Answer("RUNNING\n"))
     assert not executor.wait_until_gone("7", timeout=0)
+
+
+class _Job:
+    jobid, name, restart_times, attempt = 7, "gpu-m-r-a0", 3, 1
+
+
+class _Info:
+    def __init__(self, external_jobid=None):
+        self.job, self.external_jobid = _Job(), external_jobid
+
+
+class _Log:
+    def __init__(self):
+        self.lines = []
+
+    def warning(self, msg):
+        self.lines.append(msg)
+
+    error = info = warning
+
+
+def bare_executor(monkeypatch) -> executor.Executor:
+    """An executor without a workflow (no __post_init__): what the methods below read, and their calls recorded."""
+    ex = executor.Executor.__new__(executor.Executor)
+    ex.logger, ex._resubmitted, ex._for_good, ex._seen, ex._misses, ex._ours = _Log(), {}, set(), set(), {}, set()
+    ex.calls = []
+    monkeypatch.setattr(ex, "run_job", lambda job: ex.calls.append(("run_job", job.jobid)), raising=False)
+    monkeypatch.setattr(ex, "report_job_success", lambda info: ex.calls.append(("success",)), raising=False)
+    monkeypatch.setattr(ex, "report_job_error", lambda info, msg=None: ex.calls.append(("error", msg)), raising=False)
+    monkeypatch.setattr(ex, "manifest_of", lambda job: None, raising=False)
+    monkeypatch.setattr(executor.time, "sleep", lambda s: ex.calls.append(("sleep", s)))
+    return ex
+
+
+def test_a_transient_sbatch_refusal_is_submitted_again_without_a_retry(monkeypatch):
+    ex = bare_executor(monkeypatch)
+    down = "SLURM sbatch failed. The error message was 'sbatch: error: Unable to contact slurm controller'"
+    ex._report_job_error_threadsafe(_Info(), down)
+    ex._report_job_error_threadsafe(_Info(), down)
+    assert ex.calls == [("sleep", 5), ("run_job", 7), ("sleep", 10), ("run_job", 7)]  # back-off, no error reported
+    assert "retries untouched" in ex.logger.lines[0] and not ex._for_good
+
+
+def test_a_limit_refusal_ends_the_allocation_for_good_in_one_line(monkeypatch):
+    ex = bare_executor(monkeypatch)
+    reported = []
+    monkeypatch.setattr(executor.SlurmExecutor, "_report_job_error_threadsafe", lambda self, i, m: reported.append(m))
+    monkeypatch.setattr(ex, "request_line", lambda info, why: f"can never start: {why}", raising=False)
+    refusal = "sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some)"
+    ex._report_job_error_threadsafe(_Info(), f"SLURM sbatch failed. The error message was '{refusal}'")
+    assert reported == [f"can never start: sbatch refuses it (SLURM sbatch failed. The error message was '{refusal}')"]
+    assert ex._for_good == {7} and ("sleep", 5) not in ex.calls
+
+    job = _Job()
+    monkeypatch.setattr(executor.SlurmExecutor, "handle_job_error", lambda self, job: None)
+    ex.handle_job_error(job)  # what Snakemake's scheduler calls before it decides on a retry
+    assert job._attempt == job.restart_times + 1  # restart_times > attempt - 1 no longer holds: no retry
+
+
+def test_a_job_squeue_forgot_is_judged_by_its_ledger(monkeypatch):
+    ex = bare_executor(monkeypatch)
+    monkeypatch.setattr(executor, "members_of", lambda job: [1, 2, 3])
+    left = [[], ["one member"]]
+    monkeypatch.setattr(executor, "unfinished", lambda job, manifest: left.pop(0))
+    ex._seen.add("41")  # listed before, gone now (purged after MinJobAge): judged at once
+    assert ex.site_event(_Info("41"), {}) and ex.calls == [("success",)]
+    # Never listed: judged only after MISSES_BEFORE_GONE checks in a row, then by the ledger (one member left).
+    misses = [ex.site_event(_Info("42"), {}) for _ in range(executor.MISSES_BEFORE_GONE)]
+    assert misses == [False] * (executor.MISSES_BEFORE_GONE - 1) + [True]
+    assert ex.calls[-1][0] == "error" and "1 unfinished" in ex.calls[-1][1]

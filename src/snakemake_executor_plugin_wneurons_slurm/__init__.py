@@ -210,6 +210,7 @@ class Executor(SlurmExecutor):
         self._misses: dict[str, int] = {}  # never listed yet: status checks that missed it
         self._ours: set[str] = set()  # job ids this executor cancelled itself
         self._resubmitted: dict[int, int] = {}  # Snakemake job id -> resubmissions spent on site events
+        self._for_good: set[int] = set()  # Snakemake job ids ended without a retry (handle_job_error)
         # The plan was made without the site's limits (`site_limits: slurm`, but SLURM did not answer when the DAG
         # was built): submitting it could ask what the site refuses or never starts.
         if slurm_site.READ_ERROR and not test_mode:
@@ -281,21 +282,39 @@ class Executor(SlurmExecutor):
             )
         return True
 
+    @staticmethod
+    def asked(job) -> tuple[int, int]:
+        """(walltime minutes, memory MB) the job's allocation asks."""
+        return int(job.resources.get("runtime", 0) or 0), int(job.resources.get("mem_mb", 0) or 0)
+
+    def request(self, job) -> str:
+        minutes, mem = self.asked(job)
+        return f"{minutes} min, {mem:,} MB"
+
     def request_line(self, job_info, why: str) -> str:
-        job = job_info.job
-        runtime, mem = int(job.resources.get("runtime", 0) or 0), int(job.resources.get("mem_mb", 0) or 0)
-        return slurm_site.request_line(job.name, job_info.external_jobid, runtime, mem, why, slurm_site.LIMITS)
+        minutes, mem = self.asked(job_info.job)
+        return slurm_site.request_line(job_info.job.name, job_info.external_jobid, minutes, mem, why, slurm_site.LIMITS)
 
     def end_for_good(self, job_info, line: str, cancel: bool = False) -> None:
-        """Fail the allocation without a retry: retrying the same request, or what a user cancelled, cannot help.
-        Snakemake retries a job while ``restart_times > attempt - 1`` (its scheduler's _handle_error), so the
-        attempt is set past the last one first."""
+        """Fail the allocation without a retry: retrying the same request, or what a user cancelled, cannot help
+        (:meth:`handle_job_error`)."""
         if cancel and job_info.external_jobid:
             self._ours.add(str(job_info.external_jobid))
             subprocess.run(["scancel", str(job_info.external_jobid)], capture_output=True, timeout=60)
         self.logger.error(line)
-        job_info.job.attempt = job_info.job.restart_times + 1
+        self._for_good.add(job_info.job.jobid)
         self.report_job_error(job_info, msg=line)
+
+    def handle_job_error(self, job) -> None:
+        """Called by Snakemake's scheduler on a failed job just before it decides on a retry (``restart_times >
+        attempt - 1``, its _handle_error): a job ended for good gets its attempt set past the last one. Set here,
+        not when the failure is reported: the attempt's setter drops the job's computed resources, and the report
+        path still reads them (seen: a run that hung after a refusal). ``_attempt`` directly, for the same reason."""
+        super().handle_job_error(job)
+        if job.jobid in self._for_good:
+            job._attempt = job.restart_times + 1
+            for member in getattr(job, "jobs", ()):
+                member._attempt = job._attempt
 
     def resubmit(self, job_info, state: str) -> None:
         """The site took the allocation away (preempted, its node failed or never booted): its unfinished members
@@ -312,7 +331,7 @@ class Executor(SlurmExecutor):
         self.logger.warning(
             f"wneurons-slurm: allocation {job.name} (SLURM job {jobid}) {state} (site event {count}): "
             f"{total - len(left)} of {total} members finished and are kept; the other {len(left)} are resubmitted "
-            f"at the same request (retries untouched, attempt {job.attempt})"
+            f"at the same request ({self.request(job)}; retries untouched, attempt {job.attempt})"
         )
         remove_outputs(left, self.logger, job.jobid)
         self.run_job(job)
@@ -338,7 +357,7 @@ class Executor(SlurmExecutor):
             refused = next((line.strip() for line in msg.splitlines() if "error" in line.lower()), msg.splitlines()[0])
             line = self.request_line(job_info, f"sbatch refuses it ({refused[:200]})")
             self.logger.error(line)
-            job.attempt = job.restart_times + 1
+            self._for_good.add(job.jobid)
             msg = line
         super()._report_job_error_threadsafe(job_info, msg)
 

@@ -148,38 +148,52 @@ def test_allocation_killed_by_its_time_limit(project, reference):
     assert_complete_and_once(project, reference, out)
 
 
-@pytest.mark.parametrize("mode", ["cancel", "requeue"])
-def test_preempted_allocation(project, reference, mode):
-    partition = {"cancel": f"{PARTITION}-cancel", "requeue": PARTITION}[mode]
-    proc = start(project, "--config", f"site={site_file(project, partition)}", delay=4)
-    wait_for(finished_in_running_allocation(project, 3), "3 jobs finished in a running allocation", proc=proc)
-    # A job of the higher-priority partition that needs the whole node preempts the allocation.
-    urgent = subprocess.run(
-        [
-            "sbatch",
-            "--parsable",
-            "-o",
-            "/dev/null",
-            "-p",
-            f"{PARTITION}-urgent",
-            "--exclusive",
-            "-t",
-            "1",
-            "--wrap",
-            "sleep 10",
-        ],
+def preempt() -> str:
+    """A job of the higher-priority partition that needs the whole node: it preempts every allocation running there
+    and ends a few seconds later. Its SLURM job id."""
+    return subprocess.run(
+        ["sbatch", "--parsable", "-o", "/dev/null", "-p", f"{PARTITION}-urgent", "--exclusive", "-t", "1"]
+        + ["--wrap", "sleep 3"],
         capture_output=True,
         text=True,
         check=True,
         timeout=30,
     ).stdout.strip()
+
+
+@pytest.mark.parametrize(("mode", "times"), [("cancel", 5), ("requeue", 1)])
+def test_preempted_allocation(project, reference, mode, times):
+    """Preempted ``times`` times (PreemptMode=CANCEL: five times in a row, each time the allocation that runs then;
+    REQUEUE: once): each preemption resubmits the unfinished members at the same request, without spending one of
+    the profile's retries and without raising memory; every job finishes exactly once."""
+    partition = {"cancel": f"{PARTITION}-cancel", "requeue": PARTITION}[mode]
+    # A --config on the command line replaces the profiles' `config` lists: site_limits is restated.
+    site = f"site={site_file(project, partition)}"
+    proc = start(project, "--config", "site_limits=slurm", site, delay=4)  # not --verbose: its output fills the pipe
+    urgent, preempted = [], []
+    for _ in range(times):
+        wait_for(
+            lambda: running_allocation(project, MODEL, REVISION) not in (None, *preempted),
+            "a running allocation not yet preempted",
+            proc=proc,
+        )
+        time.sleep(2)  # into its work
+        preempted.append(running_allocation(project, MODEL, REVISION))
+        urgent.append(preempt())
+        wait_for(lambda: running_allocation(project, MODEL, REVISION) != preempted[-1], "the preemption", proc=proc)
     stop_delays(project)
     try:
         rc, out = finish(proc)
     finally:
-        subprocess.run(["scancel", urgent], timeout=30)
+        subprocess.run(["scancel", *urgent], timeout=30)
     assert rc == 0, out[-4000:]
-    assert "preempted" in out.lower()
+    events = re.findall(r"\(SLURM job (\d+)\) PREEMPTED \(site event \d+\).* at the same request \((.*)\)$", out, re.M)
+    assert set(preempted) <= {jobid for jobid, _ in events}, (preempted, events, out[-3000:])
+    # No retry spent, and memory not raised: each resubmission asked what the first attempt asked.
+    assert "Trying to restart job" not in out
+    assert all(request.endswith("retries untouched, attempt 1") for _, request in events), events
+    first = re.search(r"sbatch .* -t (\d+) --mem (\d+) ", out)
+    assert all(request.startswith(f"{first[1]} min, {int(first[2]):,} MB") for _, request in events) if first else True
     assert_complete_and_once(project, reference, out)
 
 
