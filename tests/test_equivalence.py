@@ -254,6 +254,31 @@ def test_c11_and_c30_read_how_well_the_matched_control_matched(tmp_path):
     assert c30[0]["verdict"] == FAILS and "matched control stronger" in c30[0]["ours"]
 
 
+def test_a_matched_control_that_c9_says_matched_nothing_carries_no_part(tmp_path):
+    """Neox-mini in issue 44: W does not raise perplexity, so C9 finds nothing to match; the "matched" control is
+    then no control of W's perplexity, and neither C11's W − matched parts nor any C30 part may hold or fail on it
+    (before: W changes no TSE item while the control raises TSE by points, and those parts held)."""
+    from wneurons.experiment.grid import CAPABILITY
+
+    search = {"percent": 95.0, "perplexity": 150.5, "target_perplexity": 149.0, "tolerance": 0.02,
+              "clean_perplexity": 150.0, "converged": False, "relative_gap": 0.01}  # fmt: skip
+    ppl = {"conditions": {M1: {"matched_percent": 95.0, "matched_search": search}}}
+    grammar = c11_tables(0.05, 0.01, 1e-6)  # W − control +5 points, p = 1e-6: decided on its own
+    files = {"paired_blimp": grammar, "paired_tse": grammar, f"paired_{CAPABILITY}": c11_tables(-0.05, 0.01, 1e-6)}
+    run = make_run(tmp_path, {"llama-3.1-8b": {"family": "llama", "files": files | {"ppl": ppl}}})
+    rows = claim_rows(run)
+    c9 = rows_for(rows, "C9")[0]
+    assert c9["verdict"] == FAILS and "nothing to match" in c9["ours"]
+    c11, c30 = rows_for(rows, "C11")[0], rows_for(rows, "C30")[0]
+    assert c11["verdict"] == NO_DATA and c30["verdict"] == NO_DATA, (c11, c30)
+    assert "matched nothing" in c11["ours"] and c11["ours"].count("a control that matched nothing (C9)") == 2
+    assert c30["ours"].count("a control that matched nothing (C9)") == 3
+    # The same tables with a search that matched W's perplexity: every part holds, so the guard alone decided.
+    search |= {"target_perplexity": 170.0, "perplexity": 170.5, "relative_gap": 0.003, "converged": True}
+    again = claim_rows(make_run(tmp_path / "m", {"llama-3.1-8b": {"family": "llama", "files": files | {"ppl": ppl}}}))
+    assert rows_for(again, "C30")[0]["verdict"] == HOLDS
+
+
 def test_c14_a_group_costing_the_same_as_the_peak_does_not_hold(tmp_path):
     from test_claims import TERMS, group_tables
 
