@@ -7,6 +7,7 @@ from :data:`wneurons.lm.benchmarks.BENCHMARKS`; the clamp is :func:`wneurons.lm.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -94,6 +95,8 @@ def score_job(
     prov = io.provenance(
         **model_prov,
         **data_provenance(data_dir),
+        # The text perplexity scored, by checksum: C29 reads which WikiText-2 split it is (validation).
+        **({"text_sha256": hashlib.sha256(data.encode("utf-8")).hexdigest()} if isinstance(data, str) else {}),
         # The benchmark's own convention: the evaluation's, except the capability suite's (lm-eval's).
         convention=scores.get("convention", evaluation["convention"]),
         bos_prepended=scores["bos_prepended"],
