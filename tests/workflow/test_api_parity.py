@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 
 PLAIN, BOS = "tiny-llama", "tiny-llama-bos"
 RANDOM = GridCondition("all", "random", "5", 1)  # the tiny config's second random trial at 5%
+MATCHED = GridCondition("all", "matched", "5", 0)
 
 
 def prepend_bos(model_dir) -> None:
@@ -40,7 +41,8 @@ def prepend_bos(model_dir) -> None:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """The run's root and validated config: statistics and clean BLiMP / TSE of both models, one random trial."""
+    """The run's root and validated config: statistics and clean BLiMP / TSE of both models, one random trial and
+    the matched control of the BOS model."""
     import yaml
 
     root = tmp_path_factory.mktemp("parity")
@@ -52,6 +54,7 @@ def run(tmp_path_factory):
     targets = [paths.neurons(m, "main") for m in (PLAIN, BOS)]
     targets += [paths.clean(m, "main", b) for m in (PLAIN, BOS) for b in ("blimp", "tse")]
     targets += [paths.ablation(BOS, "main", RANDOM, b) for b in ("blimp", "tse")]
+    targets += [paths.ablation(BOS, "main", MATCHED, "blimp")]
     snakemake(root, "--cores", "2", *targets)
     return root, api.run_config(config_path)
 
@@ -123,3 +126,15 @@ def test_pair_accuracy_averages_tse_per_token_as_the_workflows_scorer(run):
     summary, _ = api.score(model, tokenizer, "tse", items)
     assert api.pair_accuracy(model, tokenizer, good, bad, benchmark="tse") == summary["overall"]
     assert api.pair_accuracy(model, tokenizer, good, bad, benchmark="blimp") != summary["overall"]
+
+
+def test_the_matched_control_is_the_runs(run):
+    """The search on the BOS model (whose perplexity windows start with a BOS) finds the run's m% and neurons."""
+    root, config = run
+    model, tokenizer = loaded(root, config, BOS)
+    table = pl.read_parquet(root / paths.neurons(BOS, "main"))
+    control, record = api.matched_control(model, tokenizer, config, BOS, table, float(MATCHED.percent), workdir=root)
+    searched = json.loads((root / paths.matched_search(BOS, "main", "all", MATCHED.percent)).read_text())
+    assert (record["percent"], record["converged"]) == (searched["percent"], searched["converged"])
+    assert record["relative_gap"] == searched["relative_gap"]
+    assert control == api.Condition.from_result(root / paths.ablation(BOS, "main", MATCHED, "blimp"))

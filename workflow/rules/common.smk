@@ -600,15 +600,9 @@ def condition_spec(wildcards):
 
 
 def search_spec(wildcards):
-    return (
-        config["ablation"]["matched"]
-        | {
-            "percent": float(wildcards.percent),
-            "layers": grid.layers_for_scope(config, wildcards.model, wildcards.scope),
-            "mode": config["ablation"]["mode"],
-        }
-        | _cohort(wildcards)
-    )
+    """The matched search of one scope and percent (wneurons.experiment.grid.search_settings) and its cohort."""
+    m, scope, percent = wildcards.model, wildcards.scope, float(wildcards.percent)
+    return grid.search_settings(config, m, scope, percent) | _cohort(wildcards)
 
 
 # ---------------------------------------------------------------- figures.smk

@@ -13,6 +13,7 @@ A run's own items, conditions and per-item results, for the same numbers as the 
     pairs = api.run_items(config, "blimp")                      # the seeded subsample the run scores
     summary, items = api.score(model, tokenizer, "tse", api.run_items(config, "tse"))  # per-item log-probs
     r = api.Condition.of_run(config, "m", table, "random", 1, trial=3)  # the run's random trial 3 at 1%
+    matched, search = api.matched_control(model, tokenizer, config, "m", table, 1)  # its perplexity-matched control
     done = api.read_items(config, "m", "main", "blimp", selector="random", percent=1, trial=3)
 
 Every function is the one the workflow's jobs call (wneurons.lm.activations, wneurons.core.stats,
@@ -33,7 +34,17 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-__all__ = ["Condition", "applied", "pair_accuracy", "read_items", "run_config", "run_items", "score", "wd_table"]
+__all__ = [
+    "Condition",
+    "applied",
+    "matched_control",
+    "pair_accuracy",
+    "read_items",
+    "run_config",
+    "run_items",
+    "score",
+    "wd_table",
+]
 
 # The repository the package was installed from (an editable install): where the workflow's config schema is.
 _REPOSITORY = Path(__file__).resolve().parents[3]
@@ -221,6 +232,38 @@ def score(
     evaluation = {"convention": convention, "batch_size": batch_size}
     # window_bos is a perplexity setting: the minimal-pair scorers ignore it.
     return BENCHMARKS[benchmark].score(model, tokenizer, items, evaluation, False)
+
+
+def matched_control(
+    model,
+    tokenizer,
+    config: dict,
+    name: str,
+    table: pl.DataFrame,
+    percent: float,
+    *,
+    scope: str = "all",
+    workdir: str | os.PathLike = ".",
+) -> tuple[Condition, dict]:
+    """The perplexity-matched control of W (top ``percent`` WD over ``scope``) for config model ``name``, searched
+    as the run's matched_search job searches it (wneurons.jobs.ablate.search_matched_percent): the clean and W
+    perplexities of the run's WikiText-2 validation stream under its evaluation settings and window BOS, then the
+    lowest-WD m% matching W's. Returns the control (:meth:`Condition.of_run` at m%) and the search's record."""
+    from wneurons.experiment import paths
+    from wneurons.experiment.grid import evaluation_settings, search_settings
+    from wneurons.jobs.ablate import search_matched_percent
+    from wneurons.jobs.base import window_bos_of
+    from wneurons.lm.benchmarks import score_perplexity, validation_text
+
+    evaluation = evaluation_settings(config, "ppl")
+    window_bos = window_bos_of(config["models"][name], model, tokenizer)[0]
+    text = validation_text(str(Path(workdir) / paths.benchmark_data("ppl")), evaluation)
+    clean = score_perplexity(model, tokenizer, text, evaluation, window_bos)[0]["perplexity"]
+    with applied(model, Condition.of_run(config, name, table, "wasserstein", percent, scope=scope)):
+        target = score_perplexity(model, tokenizer, text, evaluation, window_bos)[0]["perplexity"]
+    search = search_settings(config, name, scope, percent) | {"count_rule": config["ablation"]["count_rule"]}
+    record = search_matched_percent(model, tokenizer, table, text, target, clean, evaluation, search, window_bos)
+    return Condition.of_run(config, name, table, "matched", record["percent"], scope=scope), record
 
 
 def run_config(path: str | os.PathLike, workdir: str | os.PathLike | None = None) -> dict:

@@ -198,6 +198,18 @@ def evaluation_settings(config: dict, benchmark: str | None) -> dict:
     return others | {"tse_format": config["data"]["tse"]["format"]}
 
 
+def search_settings(config: dict, model: str, scope: str, percent: float) -> dict:
+    """The matched control's search for the wasserstein condition at ``percent`` over ``scope``:
+    ``ablation.matched`` (tolerance, steps, ...) with the percent, the scope's layers and the clamp's mode (the
+    workflow adds the cohort and count rule, common.smk's ``_cohort``; key order kept, so no job's params change)."""
+    ablation = config["ablation"]
+    return ablation["matched"] | {
+        "percent": float(percent),
+        "layers": layers_for_scope(config, model, scope),
+        "mode": ablation["mode"],
+    }
+
+
 def capability_scored(config: dict, model: str, revision: str) -> bool:
     """Whether the capability suite is scored at this checkpoint: the config names tasks, and the revision is the
     final one (or ``evaluation.capability.checkpoints`` asks for every revision)."""
