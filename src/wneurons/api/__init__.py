@@ -166,7 +166,7 @@ class Condition:
     @classmethod
     def from_result(cls, path: str | os.PathLike) -> Condition:
         """The condition a result file of the workflow records (its ``condition``: ``neurons`` and ``mode``), e.g.
-        ``results/{model}/{revision}/ablations/{scope}/{selector}/{percent}/{trial}/blimp.json``; or a file
+        ``results/{model}/{revision}/ablations/{scope}/{selector}/p{percent}/t{trial}/blimp.json``; or a file
         written by :meth:`save`."""
         record = json.loads(Path(path).read_text())
         condition = record.get("condition", record)
