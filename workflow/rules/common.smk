@@ -583,19 +583,8 @@ def condition_results(wildcards):
 
 
 def evaluation_params(wildcards):
-    """The evaluation settings of a scoring job: the capability suite's jobs get the suite and the settings lm-eval
-    uses; every other job the rest (so that a new suite reruns only the capability jobs).
-    """
-    evaluation = config["evaluation"]
-    if wildcards.get("benchmark") == grid.CAPABILITY:
-        keys = ("convention", "dtype", "batch_size")
-        capability = evaluation["capability"]
-        return {k: evaluation[k] for k in keys} | {
-            "seed": capability["seed"],
-            "capability": capability,
-        }
-    others = {k: v for k, v in evaluation.items() if k != "capability"}
-    return others | {"tse_format": config["data"]["tse"]["format"]}
+    """The evaluation settings of a scoring job (wneurons.experiment.grid.evaluation_settings)."""
+    return grid.evaluation_settings(config, wildcards.get("benchmark"))
 
 
 def _cohort(wildcards):
@@ -618,21 +607,15 @@ def condition_spec(wildcards):
         "scope": wildcards.scope,
         "layers": grid.layers_for_scope(config, wildcards.model, wildcards.scope),
         "trial": int(wildcards.trial),
-        "seed": config["ablation"]["seed"] + int(wildcards.trial),
+        "seed": grid.trial_seed(config, int(wildcards.trial)),
         "mode": config["ablation"]["mode"],
     } | _cohort(wildcards)
 
 
 def search_spec(wildcards):
-    return (
-        config["ablation"]["matched"]
-        | {
-            "percent": float(wildcards.percent),
-            "layers": grid.layers_for_scope(config, wildcards.model, wildcards.scope),
-            "mode": config["ablation"]["mode"],
-        }
-        | _cohort(wildcards)
-    )
+    """The matched search of one scope and percent (wneurons.experiment.grid.search_settings) and its cohort."""
+    m, scope, percent = wildcards.model, wildcards.scope, float(wildcards.percent)
+    return grid.search_settings(config, m, scope, percent) | _cohort(wildcards)
 
 
 # ---------------------------------------------------------------- figures.smk
