@@ -201,7 +201,8 @@ def evaluation_settings(config: dict, benchmark: str | None) -> dict:
 def search_settings(config: dict, model: str, scope: str, percent: float) -> dict:
     """The matched control's search for the wasserstein condition at ``percent`` over ``scope``:
     ``ablation.matched`` (tolerance, steps, ...) with the percent, the scope's layers and the clamp's mode (the
-    workflow adds the cohort and count rule, common.smk's ``_cohort``; key order kept, so no job's params change)."""
+    workflow adds the cohort and count rule, :func:`wneurons.experiment.ablations.cohort`; key order kept, so no
+    job's params change)."""
     ablation = config["ablation"]
     return ablation["matched"] | {
         "percent": float(percent),
