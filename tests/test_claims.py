@@ -328,8 +328,8 @@ def test_training_claims_read_i12_tables(tmp_path):
     drift = pl.DataFrame({"end_step": [10000, 20000, 30000], "cohort_ncd_mean": [1.8, 0.7, 0.6]})
     steps = [0, 1000, 16000, 143000]
     signs = pl.DataFrame(
-        {"layer": 1, "step": steps, "share_nn": [0.1, 0.15, 0.35, 0.4], "share_pn": [0.6, 0.5, 0.4, 0.4]}
-    )
+        {"layer": 1, "step": steps, "share_nn": [0.1, 0.15, 0.35, 0.4], "share_pn": [0.8, 0.75, 0.6, 0.55]}
+    ).with_columns(share_pp=1 - pl.col("share_nn") - pl.col("share_pn"))
     wd = np.array([0.1, 0.3, 0.6, 0.9, 1.0])
     rows = []
     for bench in ("blimp", "tse"):
@@ -519,7 +519,7 @@ def test_claims_about_paper_models_run_on_the_runs_own_models(tmp_path):
     drift = pl.DataFrame({"end_step": [40, 80, 120, 160], "cohort_ncd_mean": [1.6, 0.8, 0.7, 0.75],
                           "cohort_ncd_sem": [0.1, 0.05, 0.05, 0.05]})  # fmt: skip
     signs = pl.DataFrame({"layer": 1, "step": [0, 20, 80, 320], "share_nn": [0.03, 0.2, 0.1, 0.1],
-                          "share_pn": [0.94, 0.8, 0.84, 0.84]})  # fmt: skip
+                          "share_pn": [0.94, 0.8, 0.84, 0.84], "share_pp": [0.03, 0.0, 0.06, 0.06]})  # fmt: skip
     pairs = pl.DataFrame({"upos_i": ["DET", "ADP"] * 5, "upos_j": ["DET", "NOUN"] * 5, "sign": ["nn"] * 9 + ["pn"]})
     layers = np.arange(12)
     composition = pl.concat(

@@ -176,6 +176,23 @@ def test_duplicate_model_names_are_refused(tmp_path):
         load_yaml_strict(dup)
 
 
+def test_two_names_for_one_model_are_refused_naming_both(tmp_path):
+    """The same wheel's GGUF under a second name (the demo's SmolLM2), and the same hub repository at the same final
+    revision (the paper grid's first model): every job would run twice."""
+    cfg = with_local_data(demo_config(), tmp_path)
+    cfg["models"]["smollm2-again"] = dict(cfg["models"]["smollm2-135m"])
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg, SCHEMA, ROOT)
+    assert str(err.value).startswith("config: models.smollm2-again.gguf_wheel: the same model as models.smollm2-135m")
+    cfg = with_local_data(full_config(), tmp_path)
+    first = next(iter(cfg["models"]))
+    cfg["models"]["again"] = dict(cfg["models"][first])
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg, SCHEMA, ROOT)
+    assert str(err.value).startswith(f"config: models.again.hub_id: the same model as models.{first}")
+    assert "\n" not in str(err.value)
+
+
 def write_gguf_header(path, architecture: str, **counts: int) -> None:
     """A GGUF file of metadata only (no tensors): general.architecture and ``{architecture}.{key}`` as uint32."""
     import struct

@@ -1,10 +1,14 @@
 """The docs say what the code does: every ``python -m``, ``make``, ``wneurons`` and ``snakemake`` command named in
 README.md and docs/*.md (in backticks or in a fenced block) parses (``--help``, ``make -n``, Snakemake's own
-argument parser and a dry run of its targets), and every config key named in them (``a.b.c`` in backticks,
-starting with a top-level key) exists in the schema."""
+argument parser and a dry run of its targets), every config key named in them (``a.b.c`` in backticks,
+starting with a top-level key) exists in the schema, and every ``results/...`` path named in them is a rule's output
+(wildcards and ``*`` allowed), a folder of some, or a file in an output folder."""
 
 from __future__ import annotations
 
+import fnmatch
+import functools
+import json
 import re
 import shlex
 import subprocess
@@ -162,3 +166,90 @@ KEYS += sorted({(doc, n, key) for doc, n, text in _mentions() if FLOW.match(text
 )
 def test_every_config_key_the_docs_name_is_in_the_schema(key):
     assert _schema_has(key.split(".")), f"{key} is not a key of workflow/schemas/config.schema.yaml"
+
+
+# The rule outputs, read from the workflow itself (Snakemake's API, in a child process: the workflow sets global
+# path roots when it parses): [(pattern with its wildcards' constraints, is a directory)].
+_OUTPUTS_SCRIPT = """
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
+root = Path(sys.argv[1])
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    workflow = api.workflow(resource_settings=ResourceSettings(), config_settings=ConfigSettings(),
+                            storage_settings=StorageSettings(), snakefile=root / "Snakefile", workdir=root)
+    print(json.dumps([(str(o), bool(o.is_directory)) for rule in workflow._workflow.rules for o in rule.output]))
+"""
+# A results path in the text: `results/...` or a config's own results_dir `results-<name>/...` (not `../results/`).
+RESULT_PATH = re.compile(r"(?<![\w./<>-])results(?:-[\w<>*{}-]+)?/[^\s`'\"()\[\]|;]*")
+# Results files no rule writes: Snakemake's own report (`snakemake --report results/report.html`).
+NOT_RULE_OUTPUTS = {"results/report.html"}
+# A wildcard of a rule's output, `{name}` or `{name,constraint}`.
+WILDCARD = re.compile(r"\{\s*(\w+)\s*(?:,((?:\{[^{}]*\}|[^{}])*))?\}")
+# What the docs write for a wildcard: `{model}`, `<model>`, `{blimp,tse}` (a brace set: expanded before matching).
+PLACEHOLDER = r"(?:\{[^/{}]*\}|<[^/<>]*>)"
+
+
+@functools.cache
+def _rule_outputs() -> list[tuple[list[str], bool]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _OUTPUTS_SCRIPT, str(ROOT)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    return [(pattern.split("/"), is_dir) for pattern, is_dir in json.loads(proc.stdout.strip().splitlines()[-1])]
+
+
+def _part_matches(doc_part: str, rule_part: str) -> bool:
+    """One path component of the docs against one of a rule output (its wildcards match their constraint or a
+    placeholder; a `*` of the docs matches anything)."""
+    if "*" in doc_part:
+        return fnmatch.fnmatchcase(WILDCARD.sub(lambda m: "{" + m[1] + "}", rule_part), doc_part)
+    pattern, last = "", 0
+    for m in WILDCARD.finditer(rule_part):
+        pattern += re.escape(rule_part[last : m.start()]) + f"(?:{m[2] or '[^/]+'}|{PLACEHOLDER})"
+        last = m.end()
+    return re.fullmatch(pattern + re.escape(rule_part[last:]), doc_part) is not None
+
+
+def _expand(path: str) -> list[str]:
+    """A brace set of the docs (`{blimp,tse}.json`, `figure5_*.{csv,json}`) as one path per member."""
+    m = re.search(r"\{([^{}/]*,[^{}/]*)\}", path)
+    if not m:
+        return [path]
+    return [p for member in m[1].split(",") for p in _expand(path[: m.start()] + member.strip() + path[m.end() :])]
+
+
+def _is_output(path: str) -> bool:
+    """Whether a results path of the docs is a rule's output, a folder holding some, or a file in an output folder.
+    A results_dir other than `results` (`results-replication-smollm2/...`) reads as `results/...`."""
+    path = re.sub(r"^results-[^/]*/", "results/", path.split("#")[0].rstrip(".:,"))
+    if path in NOT_RULE_OUTPUTS:
+        return True
+    folder = path.endswith("/") or "..." in path or "." not in path.rstrip("/").rsplit("/", 1)[-1]
+    parts = [p for p in path.split("...")[0].split("/") if p]
+    for rule_parts, is_dir in _rule_outputs():
+        n = min(len(parts), len(rule_parts))
+        if len(parts) > len(rule_parts) and not is_dir or len(parts) < len(rule_parts) and not folder:
+            continue
+        if all(_part_matches(d, r) for d, r in zip(parts[:n], rule_parts[:n])):
+            return True
+    return False
+
+
+RESULT_PATHS = sorted(
+    {
+        (str(doc.relative_to(ROOT)), number, path)
+        for doc in DOCS
+        for number, line in enumerate(doc.read_text().splitlines(), 1)
+        for path in RESULT_PATH.findall(line)
+    }
+)
+
+
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, id=f"{doc}:{n}", marks=_expected(doc, p)) for doc, n, p in RESULT_PATHS]
+)
+def test_every_results_path_the_docs_name_is_a_rule_output(path):
+    wrong = [p for p in _expand(path) if not _is_output(p)]
+    assert not wrong, f"{wrong} matches no rule's output (workflow/rules/*.smk, src/wneurons/experiment/paths.py)"

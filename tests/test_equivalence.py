@@ -9,17 +9,15 @@ import pytest
 from scipy import stats
 from test_claims import M1, R1, W1, make_run, paired_rows, ppl_rows, rows_for
 
+from wneurons.core.equivalence import equivalence_interval, inside_margin, zero_discordance_bound
 from wneurons.core.uncertainty import (
     MC_ERROR_SHARE,
     bootstrap_mean,
-    equivalence_interval,
     exact_paired_bootstrap_ci,
-    inside_margin,
     paired_accuracy_difference,
     paired_perplexity_ratio,
     percentile_ci,
     percentile_ci_with_error,
-    zero_discordance_bound,
 )
 from wneurons.report.claims import FAILS, HOLDS, NO_DATA, NOT_RUN, Run, claim_rows
 from wneurons.report.replication import claims_markdown
@@ -72,19 +70,99 @@ def test_equivalence_interval_reads_its_column_then_approximates_and_bounds_zero
     lo, hi, how = equivalence_interval({k: row[k] for k in ("n", "drop", "ci_lo", "ci_hi")}, 0.01)
     z = stats.norm.ppf(0.99) / stats.norm.ppf(0.975)
     assert (lo, hi) == pytest.approx((-0.01 * z, 0.01 * z)) and "normal approximation" in how
-    # No item differs among 40: the bootstrap is the point 0 at any n; the exact bound 1 - alpha^(1/n) is not.
-    zero = {"n": 40, "drop": 0.0, "ci_lo": 0.0, "ci_hi": 0.0, "only_reference": 0, "only_condition": 0}
-    lo, hi, how = equivalence_interval(zero, 0.05)
-    assert hi == pytest.approx(zero_discordance_bound(40, 0.05)) == pytest.approx(1 - 0.05 ** (1 / 40))
-    assert not inside_margin(lo, hi, 0.05) and inside_margin(lo, hi, 0.08) and "no item differs" in how
+
+
+# ------------------------------------------------------- the exact interval of the discordant counts (issue 44)
+def single_trial_row(differ_ref: int, differ_cond: int, n: int) -> dict:
+    """The paired row of n 0/1 items of which ``differ_ref`` are right only under the reference and
+    ``differ_cond`` only under the condition, as the paired tables compute it (the exact bootstrap included)."""
+    ref = np.ones(n, dtype=bool)
+    cond = ref.copy()
+    cond[:differ_ref] = False
+    ref[differ_ref : differ_ref + differ_cond] = False
+    return paired_accuracy_difference(ref, cond)
+
+
+def test_no_discordant_item_gives_the_exact_bound_of_that_share():
+    # the bootstrap of n equal items is the point 0 at any n; the exact interval is Clopper-Pearson's at 0 of n
+    row = single_trial_row(0, 0, 40)
+    assert row["ci98_lo"] == row["ci98_hi"] == 0
+    lo, hi, how = equivalence_interval(row, 0.05)
+    assert (lo, hi) == pytest.approx((-zero_discordance_bound(40, 0.025), zero_discordance_bound(40, 0.025)))
+    assert "0 of 40 items differ" in how
+
+
+def test_one_differing_item_of_402_is_not_equivalent_within_one_point_at_alpha_001():
+    """Neox-mini's C11 row of issue 44: its bootstrap interval [0, 0.995] pts lies inside ±1, yet the exact
+    bound for zero differing items at this n (1.14 pts at alpha = 0.01) does not."""
+    row = single_trial_row(1, 0, 402)
+    assert inside_margin(row["ci98_lo"], row["ci98_hi"], 0.01)  # what the bootstrap alone decided
+    assert not inside_margin(*equivalence_interval(row, 0.01)[:2], 0.01)
+    # The same item pooled over 10 random draws (it differs in every draw): the two-stage interval is widened
+    ref = np.ones((10, 402), dtype=bool)
+    cond = np.ones(402, dtype=bool)
+    cond[0] = False
+    pooled = paired_accuracy_difference(ref, cond, resamples=500)
+    assert pooled["trials"] == 10 and inside_margin(pooled["ci98_lo"], pooled["ci98_hi"], 0.01)
+    assert not inside_margin(*equivalence_interval(pooled, 0.01)[:2], 0.01)
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.05])
+def test_adding_an_agreeing_item_never_undoes_equivalence(alpha):
+    """Monotone in agreement: for every count of differing items, once the interval lies inside ±m it stays
+    inside at every larger n (one more agreeing item each step), and it never widens."""
+    for differ_ref, differ_cond in [(0, 0), (1, 0), (0, 2), (3, 1), (6, 6), (12, 3)]:
+        previous, inside_at = None, None
+        for n in range(max(10, differ_ref + differ_cond), 4000, 7):
+            lo, hi, _ = equivalence_interval(
+                {"n": n, "only_reference": differ_ref, "only_condition": differ_cond, "trials": 1}, alpha
+            )
+            if previous is not None:
+                assert previous[0] <= lo <= 0 <= hi <= previous[1], (differ_ref, differ_cond, n)
+            previous = (lo, hi)
+            if inside_margin(lo, hi, 0.01):
+                inside_at = inside_at or n
+            else:
+                assert inside_at is None, (differ_ref, differ_cond, n, inside_at)
+        assert inside_at is not None  # each count becomes equivalent at some n below 4000: the loop tested it
+
+
+def test_the_exact_interval_errs_at_most_alpha_on_the_margin_where_the_bootstrap_does_not():
+    """A true difference of exactly the margin (+1 point: 1% of items right only under the reference, none the
+    other way) at n = 402: the interval may lie inside ±1 point in at most alpha of the samples (TOST's error).
+    The exact paired bootstrap's 90% interval does so in about 9% (one differing item or none: [0, 0.75] pts)."""
+    alpha, n = 0.05, 402
+    counts = np.random.default_rng(44).multinomial(n, [0.01, 0.0, 0.99], size=2000)[:, 0]
+    values, freq = np.unique(counts, return_counts=True)
+
+    def inside(only_reference: int, interval) -> bool:
+        row = single_trial_row(only_reference, 0, n) if interval == "bootstrap" else None
+        if row is not None:
+            return inside_margin(row["ci90_lo"], row["ci90_hi"], 0.01)
+        return inside_margin(*equivalence_interval(
+            {"n": n, "only_reference": only_reference, "only_condition": 0, "trials": 1}, alpha)[:2], 0.01)  # fmt: skip
+
+    rate = {how: sum(f for v, f in zip(values, freq, strict=True) if inside(int(v), how)) / counts.size
+            for how in ("exact", "bootstrap")}  # fmt: skip
+    assert rate["exact"] <= alpha < rate["bootstrap"], rate
 
 
 # ---------------------------------------------------------------- claims decided by equivalence
-def c11_tables(drop: float, half: float, p: float, n: int = 4087) -> pl.DataFrame:
-    """Paired BLiMP/TSE rows W vs matched and vs random with drop ± half (95%) and its 98% interval."""
+def c11_tables(drop: float, half: float, p: float, n: int = 9112) -> pl.DataFrame:
+    """Paired BLiMP/TSE rows W vs matched and vs random with drop ± half (95%) and its 98% interval, and the
+    discordant counts such a difference and CI have at n (se = sqrt(D) / n for a small drop)."""
     z = stats.norm.ppf(0.99) / stats.norm.ppf(0.975)
     table = paired_rows({(M1, W1): (drop, half), (R1, W1): (drop, half)}, p)
-    return table.with_columns(n=n, ci98_lo=drop - z * half, ci98_hi=drop + z * half)
+    differing = round((half / stats.norm.ppf(0.975) * n) ** 2)
+    net = round(drop * n)
+    return table.with_columns(
+        n=n,
+        ci98_lo=drop - z * half,
+        ci98_hi=drop + z * half,
+        only_reference=(differing + net) // 2,
+        only_condition=(differing - net) // 2,
+        trials=pl.when(pl.col("trial") == "pooled").then(10).otherwise(1),
+    )
 
 
 def c11_row(tmp_path, drop, half, p, ppl=None):
@@ -97,7 +175,7 @@ def c11_row(tmp_path, drop, half, p, ppl=None):
 @pytest.mark.parametrize(
     ("drop", "half", "p", "verdict", "equivalent"),
     [
-        (-0.0002, 0.0081, 1.0, FAILS, True),  # Gemma-3's W − matched: −0.02 [−0.88, 0.74] pts, inside ±1
+        (-0.0014, 0.00525, 0.63, FAILS, True),  # Gemma-3's decisive W − matched: −0.14 [−0.67, 0.38] pts at 9,112
         (0.0137, 0.0109, 0.013, NO_DATA, False),  # SmolLM2's: +1.37 [0.25, 2.42], p = 0.013 ≥ 0.01, past +1
         (0.0137, 0.0050, 1e-6, HOLDS, False),  # the same difference at the n that detects it
         (-0.03, 0.01, 1e-6, FAILS, False),  # the controls cost more than W
@@ -120,15 +198,16 @@ def test_c11_inside_the_margin_does_not_hold_straddling_is_not_enough_beyond_hol
 
 def test_c11_equivalence_from_real_per_item_outcomes(tmp_path):
     """The decision from paired tables built by the paired job's own function: W and the matched control differ
-    on 200 of 4,000 items, evenly: equivalent within ±1 point at α = 0.01."""
+    on 100 of 4,000 items, evenly: equivalent within ±1 point at α = 0.01 (the exact interval of the discordant
+    counts, ±0.84 points; with 200 differing it is ±1.10, where the bootstrap's was ±0.82)."""
     from wneurons.report.replication import paired_comparisons
 
     rng = np.random.default_rng(0)
     n = 4000
     clean = rng.random(n) < 0.85
     w = clean.copy()
-    flip = np.concatenate([rng.choice(np.flatnonzero(w), 100, replace=False),
-                           rng.choice(np.flatnonzero(~w), 100, replace=False)])  # fmt: skip
+    flip = np.concatenate([rng.choice(np.flatnonzero(w), 50, replace=False),
+                           rng.choice(np.flatnonzero(~w), 50, replace=False)])  # fmt: skip
     matched = w.copy()
     matched[flip] = ~matched[flip]
     randoms = {t: clean ^ (rng.random(n) < 0.02) for t in range(10)}
@@ -173,6 +252,31 @@ def test_c11_and_c30_read_how_well_the_matched_control_matched(tmp_path):
     files["ppl"] = {"conditions": {M1: {"matched_percent": 95.0, "matched_search": search}}}
     c30 = rows_for(claim_rows(make_run(tmp_path / "s", {"llama-3.1-8b": {"family": "llama", "files": files}})), "C30")
     assert c30[0]["verdict"] == FAILS and "matched control stronger" in c30[0]["ours"]
+
+
+def test_a_matched_control_that_c9_says_matched_nothing_carries_no_part(tmp_path):
+    """Neox-mini in issue 44: W does not raise perplexity, so C9 finds nothing to match; the "matched" control is
+    then no control of W's perplexity, and neither C11's W − matched parts nor any C30 part may hold or fail on it
+    (before: W changes no TSE item while the control raises TSE by points, and those parts held)."""
+    from wneurons.experiment.grid import CAPABILITY
+
+    search = {"percent": 95.0, "perplexity": 150.5, "target_perplexity": 149.0, "tolerance": 0.02,
+              "clean_perplexity": 150.0, "converged": False, "relative_gap": 0.01}  # fmt: skip
+    ppl = {"conditions": {M1: {"matched_percent": 95.0, "matched_search": search}}}
+    grammar = c11_tables(0.05, 0.01, 1e-6)  # W − control +5 points, p = 1e-6: decided on its own
+    files = {"paired_blimp": grammar, "paired_tse": grammar, f"paired_{CAPABILITY}": c11_tables(-0.05, 0.01, 1e-6)}
+    run = make_run(tmp_path, {"llama-3.1-8b": {"family": "llama", "files": files | {"ppl": ppl}}})
+    rows = claim_rows(run)
+    c9 = rows_for(rows, "C9")[0]
+    assert c9["verdict"] == FAILS and "nothing to match" in c9["ours"]
+    c11, c30 = rows_for(rows, "C11")[0], rows_for(rows, "C30")[0]
+    assert c11["verdict"] == NO_DATA and c30["verdict"] == NO_DATA, (c11, c30)
+    assert "matched nothing" in c11["ours"] and c11["ours"].count("a control that matched nothing (C9)") == 2
+    assert c30["ours"].count("a control that matched nothing (C9)") == 3
+    # The same tables with a search that matched W's perplexity: every part holds, so the guard alone decided.
+    search |= {"target_perplexity": 170.0, "perplexity": 170.5, "relative_gap": 0.003, "converged": True}
+    again = claim_rows(make_run(tmp_path / "m", {"llama-3.1-8b": {"family": "llama", "files": files | {"ppl": ppl}}}))
+    assert rows_for(again, "C30")[0]["verdict"] == HOLDS
 
 
 def test_c14_a_group_costing_the_same_as_the_peak_does_not_hold(tmp_path):

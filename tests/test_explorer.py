@@ -10,16 +10,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from wneurons.report.explorer import (
-    embed_json,
-    extreme_positions,
-    index_html,
-    listed_neurons,
-    neuron_html,
-    sign_histogram,
-    top_tokens,
-    write_explorer,
-)
+from wneurons.report.explorer import embed_json, index_html, neuron_html, write_explorer
+from wneurons.report.explorer_records import extreme_positions, listed_neurons, sign_histogram, top_tokens
 
 EVIL = "<script>window.__pwned = 1</script>"
 

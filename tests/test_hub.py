@@ -17,6 +17,9 @@ from hub_server import HubServer, pointed_at, save_tiny_revision, tiny_tokenizer
 
 from wneurons.core.dynamics import CheckpointIntegrityError
 from wneurons.lm import hub
+from wneurons.lm.hub_files import weight_files
+from wneurons.lm.hub_integrity import staged_integrity
+from wneurons.lm.hub_staging import stage
 from wneurons.lm.models import load_model, load_staged
 from wneurons.store.io import sha256_files
 from wneurons.store.staged import MANIFEST, StagingError, is_staged, prune, read_manifest, verify_staged
@@ -113,7 +116,7 @@ def _staged_files(directory: Path) -> list[str]:
 )
 def test_stage_then_load_with_the_hub_stopped(server, tmp_path, cut_network, repo, revision, weights):
     out = tmp_path / "staged" / repo.replace("/", "--") / revision
-    manifest = hub.stage(repo, revision, out)
+    manifest = stage(repo, revision, out)
     commit = server.repos[repo].branches[revision]
     assert manifest["commit"] == commit
     assert read_manifest(out) == manifest
@@ -150,7 +153,7 @@ def test_stage_then_load_with_the_hub_stopped(server, tmp_path, cut_network, rep
 def test_staged_directory_and_files_get_the_users_umask(server, tmp_path):
     previous = os.umask(0o027)
     try:
-        hub.stage("tiny/neox", "step0", tmp_path / "staged")
+        stage("tiny/neox", "step0", tmp_path / "staged")
     finally:
         os.umask(previous)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "staged", *(tmp_path / "staged").iterdir()]}
@@ -163,7 +166,7 @@ def test_a_dropped_transfer_leaves_nothing_that_looks_staged_and_a_rerun_resumes
     server.drop_transfer("tiny/neox", "step1000", "model.safetensors", at=size // 2)
     out = tmp_path / "staged"
     with pytest.raises(Exception, match="(?i)peer closed|incomplete|connection"):
-        hub.stage("tiny/neox", "step1000", out)
+        stage("tiny/neox", "step1000", out)
     assert not out.exists()
     assert not list(tmp_path.rglob(MANIFEST))
     # The bytes received are kept, in the hidden work directory only, under a name no load reads.
@@ -175,7 +178,7 @@ def test_a_dropped_transfer_leaves_nothing_that_looks_staged_and_a_rerun_resumes
 
     server.clear_failures()
     before = len(server.requests)
-    manifest = hub.stage("tiny/neox", "step1000", out)
+    manifest = stage("tiny/neox", "step1000", out)
     assert server.gets("config.json") == fetched  # kept from the failed attempt, not fetched again
     ranges = [r for srv, method, _, r in server.requests[before:] if srv == "cdn" and method == "GET"]
     assert ranges == [f"bytes={kept}-"]  # the rest of the file only
@@ -186,7 +189,7 @@ def test_a_dropped_transfer_leaves_nothing_that_looks_staged_and_a_rerun_resumes
 def test_a_transfer_dropped_once_resumes_with_a_range_request(server, tmp_path):
     size = len(server.file("tiny/neox", "step0", "model.safetensors"))
     server.drop_transfer("tiny/neox", "step0", "model.safetensors", at=size // 3, times=1)
-    manifest = hub.stage("tiny/neox", "step0", tmp_path / "staged")
+    manifest = stage("tiny/neox", "step0", tmp_path / "staged")
     ranges = [r for srv, method, _, r in server.requests if srv == "cdn" and method == "GET" and r]
     assert ranges == [f"bytes={size // 3 // CHUNK * CHUNK}-"]  # from the last whole chunk received
     assert manifest["files"]["model.safetensors"]["size"] == size
@@ -195,18 +198,18 @@ def test_a_transfer_dropped_once_resumes_with_a_range_request(server, tmp_path):
 def test_a_file_that_differs_from_the_hubs_metadata_is_refused(server, tmp_path):
     server.corrupt("tiny/neox", "step0", "model.safetensors")
     with pytest.raises(StagingError, match="model.safetensors sha256 .* differs from the hub's"):
-        hub.stage("tiny/neox", "step0", tmp_path / "staged")
+        stage("tiny/neox", "step0", tmp_path / "staged")
     assert not (tmp_path / "staged").exists()
     server.clear_failures()  # the bad file was not kept: the next attempt fetches it again, and succeeds
-    assert hub.stage("tiny/neox", "step0", tmp_path / "staged")["commit"]
+    assert stage("tiny/neox", "step0", tmp_path / "staged")["commit"]
     server.corrupt("tiny/neox", "step0", "config.json")
     with pytest.raises(StagingError, match="config.json git blob .* differs"):
-        hub.stage("tiny/neox", "step0", tmp_path / "other")
+        stage("tiny/neox", "step0", tmp_path / "other")
     assert not (tmp_path / "other").exists()
 
 
 def test_a_gated_repo_stages_with_a_granted_token_which_never_leaves_the_hub_nor_is_written(server, tmp_path):
-    manifest = hub.stage("gated/neox", "main", tmp_path / "staged", token=GRANTED)
+    manifest = stage("gated/neox", "main", tmp_path / "staged", token=GRANTED)
     assert manifest["commit"] == server.repos["gated/neox"].branches["main"]
     assert server.cdn_authorizations == []  # the LFS redirect's other origin never saw the token
     assert any(srv == "cdn" for srv, *_ in server.requests)
@@ -216,7 +219,7 @@ def test_a_gated_repo_stages_with_a_granted_token_which_never_leaves_the_hub_nor
 
 def test_stage_refuses_files_the_revision_lacks(server, tmp_path):
     with pytest.raises(StagingError, match="has no model.safetensors"):
-        hub.stage("tiny/neox-bin", "step0", tmp_path / "staged", files=["config.json", "model.safetensors"])
+        stage("tiny/neox-bin", "step0", tmp_path / "staged", files=["config.json", "model.safetensors"])
 
 
 # ---------------------------------------------------------------- preflight
@@ -274,16 +277,16 @@ def test_preflight_gives_up_after_one_timeout_on_a_hub_that_never_answers(server
 def test_weight_files_prefers_safetensors_and_follows_the_shard_index():
     index = {"weight_map": {"a": "model-00002-of-00002.safetensors", "b": "model-00001-of-00002.safetensors"}}
     sharded = ["model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
-    assert hub.weight_files([*sharded, "pytorch_model.bin"], lambda name: index) == sharded  # index, then shards
-    assert hub.weight_files(["pytorch_model.bin", "config.json"], lambda name: index) == ["pytorch_model.bin"]
+    assert weight_files([*sharded, "pytorch_model.bin"], lambda name: index) == sharded  # index, then shards
+    assert weight_files(["pytorch_model.bin", "config.json"], lambda name: index) == ["pytorch_model.bin"]
     with pytest.raises(StagingError, match="names shards the revision does not have: model-00002"):
-        hub.weight_files(sharded[:2], lambda name: index)
+        weight_files(sharded[:2], lambda name: index)
     with pytest.raises(StagingError, match="no weights"):
-        hub.weight_files(["config.json", "consolidated.safetensors"], lambda name: index)
+        weight_files(["config.json", "consolidated.safetensors"], lambda name: index)
 
 
 def test_preflight_has_nothing_to_ask_when_everything_is_staged(server, tmp_path):
-    hub.stage("tiny/neox", "step0", tmp_path / "step0")
+    stage("tiny/neox", "step0", tmp_path / "step0")
     assert is_staged(tmp_path / "step0", "tiny/neox", "step0")
     assert not is_staged(tmp_path / "step0", "tiny/neox", "main")
     server.stop()
@@ -293,7 +296,7 @@ def test_preflight_has_nothing_to_ask_when_everything_is_staged(server, tmp_path
 # ---------------------------------------------------------------- pruning and the integrity gate
 def test_prune_removes_the_weights_keeps_the_manifest_and_loading_then_refuses(server, tmp_path):
     out = tmp_path / "staged"
-    staged = hub.stage("tiny/neox-sharded", "main", out)
+    staged = stage("tiny/neox-sharded", "main", out)
     mtimes = [p.stat().st_mtime_ns for p in (out, out / MANIFEST)]
     pruned = prune(out)
     assert [p.stat().st_mtime_ns for p in (out, out / MANIFEST)] == mtimes  # Snakemake sees no newer input
@@ -312,17 +315,17 @@ def test_prune_removes_the_weights_keeps_the_manifest_and_loading_then_refuses(s
 def test_the_integrity_gate_names_a_step_equal_to_main_or_drops_it_on_record(server, tmp_path):
     staged = {}
     for revision in ("step0", "step1000", "main"):
-        hub.stage("tiny/neox-dup", revision, tmp_path / revision)
+        stage("tiny/neox-dup", revision, tmp_path / revision)
         staged[revision] = tmp_path / revision
     prune(staged["step0"])  # a pruned revision still has its digest
     with pytest.raises(CheckpointIntegrityError, match="checkpoints main, step1000 equal the final revision"):
-        hub.staged_integrity(staged, "main")
-    record = hub.staged_integrity(staged, "main", mode="drop", out_path=tmp_path / "integrity.json")
+        staged_integrity(staged, "main")
+    record = staged_integrity(staged, "main", mode="drop", out_path=tmp_path / "integrity.json")
     assert record["dropped"] == ["step1000"]
     assert record["commits"]["step1000"] != record["commits"]["main"]  # different commits, identical weights
     assert json.loads((tmp_path / "integrity.json").read_text())["dropped"] == ["step1000"]
     clean = {r: staged[r] for r in ("step0", "main")}
-    assert hub.staged_integrity(clean, "main")["problems"] == []
+    assert staged_integrity(clean, "main")["problems"] == []
 
 
 def test_loading_an_unstaged_directory_says_to_stage_it(tmp_path):

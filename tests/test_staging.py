@@ -20,6 +20,8 @@ from hub_server import HubServer, pointed_at, save_tiny_revision
 
 from wneurons.core.dynamics import CheckpointIntegrityError
 from wneurons.lm import hub
+from wneurons.lm.hub_integrity import staged_integrity
+from wneurons.lm.hub_staging import stage
 from wneurons.lm.models import load_staged
 from wneurons.store import io, staged
 from wneurons.store.checkpoints import read_weight_rows
@@ -73,10 +75,10 @@ def _content_gets(server: HubServer, start: int = 0) -> list[str]:
 
 # ---------------------------------------------------------------- fetch only what is read
 def test_a_weight_rows_only_revision_downloads_only_the_shard_holding_its_layer(server, tmp_path):
-    full = hub.stage("tiny/sharded", "step1000", tmp_path / "full")
+    full = stage("tiny/sharded", "step1000", tmp_path / "full")
     full_bytes = server.bytes_sent()
     start = len(server.sent)
-    part = hub.stage("tiny/sharded", "step1000", tmp_path / "rows", layers=[LAYER], family="gpt_neox")
+    part = stage("tiny/sharded", "step1000", tmp_path / "rows", layers=[LAYER], family="gpt_neox")
     rows_bytes = server.bytes_sent() - sum(n for _, _, n in server.sent[:start])
     index = json.loads(server.file("tiny/sharded", "step1000", INDEX))
     assert index["weight_map"][TENSOR] == SHARD_2
@@ -101,7 +103,7 @@ def test_a_weight_rows_only_revision_downloads_only_the_shard_holding_its_layer(
 
 
 def test_without_a_family_the_revisions_config_names_it(server, tmp_path):
-    manifest = hub.stage("tiny/sharded", "main", tmp_path / "rows", layers=[0])
+    manifest = stage("tiny/sharded", "main", tmp_path / "rows", layers=[0])
     assert manifest["staged_for"]["files"] == [SHARD_1]  # layer 0 is in the first shard
 
 
@@ -131,7 +133,7 @@ def test_the_preflight_names_a_substituted_shard_before_any_download(server, tmp
 
 
 def test_the_preflight_compares_with_revisions_already_staged(server, tmp_path):
-    manifest = hub.stage("tiny/duplicate", "main", tmp_path / "duplicate" / "main")
+    manifest = stage("tiny/duplicate", "main", tmp_path / "duplicate" / "main")
     requests = [
         _request("tiny/duplicate", "step1000", tmp_path, [LAYER]),
         _request("tiny/duplicate", "step0", tmp_path),
@@ -161,12 +163,12 @@ def test_the_preflight_names_missing_shards_and_a_staging_dir_too_small(server, 
 
 def test_the_gate_on_staged_manifests_sees_a_substituted_shard_too(server, tmp_path):
     dirs = {r: tmp_path / r for r in ("step0", "step1000", "main")}
-    hub.stage("tiny/substituted", "step0", dirs["step0"])
-    hub.stage("tiny/substituted", "step1000", dirs["step1000"], layers=[LAYER], family="gpt_neox")  # shard 2 only
-    hub.stage("tiny/substituted", "main", dirs["main"])
+    stage("tiny/substituted", "step0", dirs["step0"])
+    stage("tiny/substituted", "step1000", dirs["step1000"], layers=[LAYER], family="gpt_neox")  # shard 2 only
+    stage("tiny/substituted", "main", dirs["main"])
     with pytest.raises(CheckpointIntegrityError, match=f"checkpoints main, step1000 .* share {SHARD_1}"):
-        hub.staged_integrity(dirs, "main")
-    assert hub.staged_integrity(dirs, "main", mode="drop")["dropped"] == ["step1000"]
+        staged_integrity(dirs, "main")
+    assert staged_integrity(dirs, "main", mode="drop")["dropped"] == ["step1000"]
 
 
 def test_a_staging_dir_that_is_a_file_is_one_line(tmp_path):
@@ -181,7 +183,7 @@ def test_a_staging_dir_that_is_a_file_is_one_line(tmp_path):
 # ---------------------------------------------------------------- a staged file changed on disk
 def test_a_bit_flipped_in_a_staged_file_stops_the_next_reader_hashed_once_per_change(server, tmp_path, monkeypatch):
     out = tmp_path / "sharded" / "main"
-    hub.stage("tiny/sharded", "main", out)
+    stage("tiny/sharded", "main", out)
     hashed = []
     real = io.sha256_file
     monkeypatch.setattr(io, "sha256_file", lambda path: hashed.append(Path(path).name) or real(path))
@@ -213,7 +215,7 @@ def test_staging_killed_mid_file_resumes_with_a_range_request_and_verifies(serve
     server.throttle = 0.05  # 4 KiB per 50 ms: the 100 KB shard takes over a second
     code = (  # written to disk in 4 KiB chunks (the library's are 10 MB), so the kill lands mid-file
         "from huggingface_hub import constants; constants.DOWNLOAD_CHUNK_SIZE = 4096\n"
-        f"from wneurons.lm import hub; hub.stage('tiny/sharded', 'main', {str(out)!r})"
+        f"from wneurons.lm.hub_staging import stage; stage('tiny/sharded', 'main', {str(out)!r})"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], env=os.environ.copy(), stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -228,7 +230,7 @@ def test_staging_killed_mid_file_resumes_with_a_range_request_and_verifies(serve
 
     server.throttle = None
     start = len(server.requests)
-    manifest = hub.stage("tiny/sharded", "main", out)
+    manifest = stage("tiny/sharded", "main", out)
     ranges = [(p.split("file=")[1], r) for s, m, p, r in server.requests[start:] if s == "cdn" and m == "GET"]
     assert ranges[0] == (SHARD_1, f"bytes={kept}-") and all(r is None for _, r in ranges[1:]), ranges
     assert manifest["files"][SHARD_1]["sha256"] == io.sha256_file(out / SHARD_1)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from slurm_cluster import allocation_logs, finish, run_slurm
-from tiny_project import REPO, make_tiny_project, snakemake
+from tiny_project import REPO, add_model_copy, make_tiny_project, snakemake
 
 from wneurons.experiment import paths
 
@@ -28,10 +28,10 @@ STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$", flags=re.MU
 
 
 def two_model_project(root: Path) -> Path:
-    """The tiny project with a second model (the same weights under another name): two collections."""
+    """The tiny project with a second model (a copy of the same weights): two collections."""
     config_path = make_tiny_project(root)
     config = yaml.safe_load(config_path.read_text())
-    config["models"]["tiny-llama-b"] = dict(config["models"]["tiny-llama"])
+    add_model_copy(root, config, MODELS[1])
     config["report"] = {"explorer": {"models": []}}
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     return root

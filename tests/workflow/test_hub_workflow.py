@@ -256,7 +256,8 @@ def test_preflight_one_line_per_bad_model_and_no_job_started(served, tmp_path, m
     make_tiny_project(tmp_path)
     models = {
         "gated-pythia": pythia_entry("gated/pythia", "main", []),
-        "missing-step": pythia_entry(REPO_ID, FINAL, ["step999"]),
+        # A final revision of its own: at the same one it would be the same model as MODEL, refused as such.
+        "missing-step": pythia_entry(REPO_ID, "step1000", ["step999"]),
         MODEL: pythia_entry(),
     }
     hub_config(tmp_path, models)

@@ -5,12 +5,12 @@ bytes as those of collection and statistics run as two jobs through the shared f
 import os
 
 import yaml
-from tiny_project import dry_run_jobs, make_tiny_project, snakemake
+from tiny_project import add_model_copy, dry_run_jobs, make_tiny_project, snakemake
 
 from wneurons.experiment import paths
 from wneurons.jobs.neurons import SCRATCH_FOLDER
 
-# A second model over the same weights, that no figure and no explorer reads: its shards are read only by its
+# A second model over a copy of the same weights, that no figure and no explorer reads: its shards are read only by its
 # statistics (the first model is Figure 1's and keeps its shards on the shared file system).
 SCRATCH_MODEL = "tiny-llama-b"
 
@@ -20,7 +20,7 @@ def scratch_project(tmp_path) -> tuple:
     root = tmp_path / "project"
     config_path = make_tiny_project(root)
     config = yaml.safe_load(config_path.read_text())
-    config["models"][SCRATCH_MODEL] = dict(config["models"]["tiny-llama"])
+    add_model_copy(root, config, SCRATCH_MODEL)
     config["figures"]["figure1"]["model"] = "tiny-llama"
     config["report"] = {"explorer": {"models": []}}
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))

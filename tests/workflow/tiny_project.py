@@ -158,6 +158,17 @@ def make_tiny_project(root: Path) -> Path:
     return config_path
 
 
+def add_model_copy(root: Path, config: dict, name: str, source: str = "tiny-llama") -> None:
+    """Add ``name`` to ``config``: ``source``'s weights copied to a folder of their own under ``root``, so the two are
+    distinct models to the config's check (one model named twice is refused: every job would run twice)."""
+    import shutil
+
+    entry = dict(config["models"][source])
+    shutil.copytree(root / entry["local_path"], root / f"model-{name}")
+    entry["local_path"] = f"model-{name}"
+    config["models"][name] = entry
+
+
 def tiny_grid(root: Path) -> dict:
     """The validated config of the project under ``root`` (defaults filled), for the grid and target functions."""
     from wneurons.experiment.config import validate_config

@@ -13,9 +13,12 @@ from pathlib import Path
 from wneurons.jobs import inprocess
 from wneurons.jobs.figures import FIGURES
 from wneurons.experiment import (
+    ablations,
     allocations,
     analyses,
     grid,
+    model_inputs,
+    neurons,
     paths,
     reporting,
     scratch,
@@ -25,13 +28,7 @@ from wneurons.experiment import (
 )
 from wneurons.jobs import ledger
 from wneurons.lm import hub
-from wneurons.experiment.config import (
-    MODEL_SOURCES,
-    ConfigError,
-    load_yaml_strict,
-    model_source,
-    validate_config,
-)
+from wneurons.experiment.config import ConfigError, load_yaml_strict, validate_config
 from wneurons.store.checkpoints import resolve_checkpoint_suite, training_revisions
 
 try:
@@ -96,12 +93,8 @@ def staged_manifest(model, revision):
 
 
 def staging_needs(wildcards):
-    """What stage_model fetches of a revision besides its identity: for a step read only by weight rows, the layers
-    they read and the model's family (only the shards holding them are fetched); a whole model otherwise.
-    """
-    m, r = wildcards.model, wildcards.revision
-    layers = targets.weight_rows_only_layers(config, m, r)
-    return {"layers": layers, "family": MODELS[m].get("family") if layers else None}
+    """What stage_model fetches of a revision besides its identity (wneurons.experiment.model_inputs)."""
+    return model_inputs.staging_needs(config, wildcards)
 
 
 def hub_preflight():
@@ -221,7 +214,10 @@ try:
     # allocation (its inner run submits nothing, and hundreds of allocations would each ask the controller).
     # Where SLURM cannot be asked (a dry run on a laptop), one line says the plan uses the site file or the
     # defaults; the executor refuses to submit such a plan (slurm_site.READ_ERROR).
-    if config["site_limits"] == "slurm" and slurm_site.ALLOCATION_VARIABLE not in os.environ:
+    if (
+        config["site_limits"] == "slurm"
+        and slurm_site.ALLOCATION_VARIABLE not in os.environ
+    ):
         SITE, notes = slurm_site.site_from_slurm(SITE, SITE_FILE)
         print("\n".join(notes), file=sys.stderr)
 except ValueError as err:
@@ -281,27 +277,16 @@ def job_mem_mb(rule_name):
 
 
 def mem_mb(wildcards, attempt):
-    """Submitted jobs outside the allocations (conversion, training a suite, the analyses' tables, the explorer):
-    a model's weights in fp32 plus headroom, grown with each retry, never past the site's max_mem_mb.
-    """
-    params_b = MODELS[wildcards.model]["params_b"] if "model" in wildcards.keys() else 0
-    mb = int((3000 + 6000 * params_b) * attempt)
-    return min(mb, SITE.max_mem_mb) if SITE.max_mem_mb else mb
+    """Memory (MB) of a submitted job outside the allocations (wneurons.experiment.allocations.unallocated_mem_mb)."""
+    return allocations.unallocated_mem_mb(
+        config, SITE, dict(wildcards.items()), attempt
+    )
 
 
 def runtime(wildcards, attempt):
-    """Minutes of a submitted job outside the allocations (a flat bound: these jobs take minutes), grown with each
-    retry, never past the site's max_runtime (a longer request is refused where a site enforces its limits).
-    """
-    params_b = MODELS[wildcards.model]["params_b"] if "model" in wildcards.keys() else 0
-    return min(int((20 + 15 * params_b) * attempt), SITE.max_runtime)
-
-
-def collect_disk_mb(wildcards):
-    """Scratch disk of one collection job: its shards (see wneurons.experiment.grid.shard_bytes) plus 1 GB headroom."""
-    m, r = wildcards.model, wildcards.revision
-    return (
-        1024 + grid.shard_bytes(config, m, grid.collected_layers(config, m, r)) // 2**20
+    """Minutes of a submitted job outside the allocations (wneurons.experiment.allocations.unallocated_minutes)."""
+    return allocations.unallocated_minutes(
+        config, SITE, dict(wildcards.items()), attempt
     )
 
 
@@ -311,44 +296,15 @@ def final_revision(model):
 
 
 def model_dir(wildcards):
-    """Converted local copy for GGUF models, the suite directory for checkpoint suites, the staged manifest of the
-    revision for hub models (so every job of a revision waits for its staging); nothing for local models.
-    """
-    spec = MODELS[wildcards.model]
-    if wildcards.model in HUB_MODELS:
-        return staged_manifest(wildcards.model, wildcards.revision)
-    if MODEL_SOURCES[model_source(spec)].converted:
-        return paths.converted_model(wildcards.model)
-    if wildcards.model in SUITES:
-        suite = spec["checkpoint_suite"]
-        return paths.trained_suite(wildcards.model) if suite["train"] else suite["path"]
-    return []
+    """The job's model input (wneurons.experiment.model_inputs.model_dir): converted copy, suite, staged manifest."""
+    return model_inputs.model_dir(
+        config, SUITES, STAGING, wildcards.model, wildcards.revision
+    )
 
 
 def loader_spec(model, revision):
-    """What the loader needs: hub id + revision and the directory it is staged in, or a local directory (a
-    converted copy for GGUF sources, the revision's directory for checkpoint suites); the family to check (null:
-    taken from the model) and the window BOS choice (null: the family's default).
-    """
-    spec = MODELS[model]
-    source = model_source(spec)
-    loader = {
-        "name": model,
-        "family": spec["family"],
-        "num_layers": spec["num_layers"],
-        "window_bos": spec["window_bos"],
-        "revision": revision,
-    }
-    if MODEL_SOURCES[source].converted:
-        return loader | {"local_path": paths.converted_model(model)}
-    if model in SUITES:
-        return loader | {"local_path": SUITES[model][revision]}
-    if model in HUB_MODELS:
-        return loader | {
-            "hub_id": spec["hub_id"],
-            "staged": staged_dir(model, revision),
-        }
-    return loader | {source: spec[source]}
+    """What the loader needs (wneurons.experiment.model_inputs.loader_spec)."""
+    return model_inputs.loader_spec(config, SUITES, STAGING, model, revision)
 
 
 def model_spec(wildcards):
@@ -361,16 +317,8 @@ def model_spec_final(wildcards):
 
 
 # ---------------------------------------------------------------- data.smk
-def gguf_input(wildcards):
-    """The GGUF file a gguf_file model is converted from (a wheel's file is not a workflow input)."""
-    return MODELS[wildcards.model].get("gguf_file", [])
-
-
-def gguf_spec(wildcards):
-    """The GGUF source of a model: its config key and value (converter: wneurons.lm.models.GGUF_CONVERTERS)."""
-    spec = MODELS[wildcards.model]
-    source = model_source(spec)
-    return {"source": source, source: spec[source]}
+gguf_input = of_config(model_inputs.gguf_input)
+gguf_spec = of_config(model_inputs.gguf_spec)
 
 
 def dataset_spec(wildcards):
@@ -382,16 +330,7 @@ def hub_tasks_params(wildcards):
     return config["evaluation"]["capability"]["tasks"]
 
 
-def hub_source(wildcards):
-    """The hub id and revision stage_model fetches."""
-    if wildcards.model not in HUB_MODELS:
-        raise ValueError(
-            f"stage_model: models.{wildcards.model} has no hub_id; only hub models are staged"
-        )
-    return {
-        "repo_id": MODELS[wildcards.model]["hub_id"],
-        "revision": wildcards.revision,
-    }
+hub_source = of_config(model_inputs.hub_source)
 
 
 def staging_turn(wildcards):
@@ -452,25 +391,8 @@ def shards_output():
     return path if config["neurons"]["keep_shards"] else temp(path)
 
 
-def collect_params(wildcards):
-    """What collection needs: a new MD pair count or WD method must not rerun the model (``shard_io`` only says
-    how the bytes reach the disk). ``layers`` only when collection is restricted, so that configs without it keep
-    their recorded params.
-    """
-    keys = (
-        "window",
-        "max_tokens",
-        "dtype",
-        "shard_dtype",
-        "md_tokens",
-        "seed",
-        "shard_io",
-    )
-    params = {k: config["neurons"][k] for k in keys}
-    layers = grid.collected_layers(config, wildcards.model, wildcards.revision)
-    if layers is not None:
-        params["layers"] = layers
-    return params
+collect_params = of_config(neurons.collect_params)
+collect_disk_mb = of_config(neurons.collect_disk_mb)
 
 
 def collects_in_scratch(wildcards):
@@ -485,23 +407,15 @@ def collects_in_scratch(wildcards):
 
 
 def neuron_stats_inputs(wildcards):
-    """The revision's shards; or, collecting in scratch, what collection reads (model, WikiText-2)."""
-    if not collects_in_scratch(wildcards):
-        return {"shards": paths.shards(wildcards.model, wildcards.revision)}
-    inputs = {"wikitext": paths.dataset("wikitext2")}
-    if model_dir(wildcards):
-        inputs["model"] = model_dir(wildcards)
-    return inputs
+    """The revision's shards; or, collecting in scratch, what collection reads (wneurons.experiment.neurons)."""
+    in_scratch = collects_in_scratch(wildcards)
+    model = model_dir(wildcards) if in_scratch else []
+    return neurons.neuron_stats_inputs(config, wildcards, in_scratch, model)
 
 
 def stats_params(wildcards):
-    """What the statistics need; collecting in scratch, the collection's params too (a job in scratch records the
-    same params as collect_activations would)."""
-    keys = ("wd_method", "md_pairs", "seed")
-    params = {k: config["neurons"][k] for k in keys}
-    if collects_in_scratch(wildcards):
-        params["collect"] = collect_params(wildcards)
-    return params
+    """What the statistics need; collecting in scratch, the collection's params too."""
+    return neurons.stats_params(config, wildcards, collects_in_scratch(wildcards))
 
 
 def neuron_stats_gpus(wildcards):
@@ -531,108 +445,19 @@ def neuron_stats_mem_mb(wildcards, attempt):
 WILDCARD_CONDITION = grid.Condition("{scope}", "{selector}", "{percent}", "{trial}")
 
 
-def score_data(wildcards):
-    """The benchmark's verified data set, or the capability suite's lm-eval tasks."""
-    return targets.benchmark_input(config, wildcards.benchmark)
+def with_model(function):
+    """``function(config, wildcards, model_dir)`` as a function of a job's wildcards, for a rule's input."""
+    return lambda wildcards: function(config, wildcards, model_dir(wildcards))
 
 
-def cohort_neurons(wildcards):
-    """The neuron table that chooses an ablation's neurons: the final revision's under
-    ablation.checkpoint_selection: final, else the revision's own."""
-    m = wildcards.model
-    return paths.neurons(m, grid.cohort_revision(config, m, wildcards.revision))
-
-
-def ablation_inputs(wildcards):
-    """Model, data, the cohort's neuron table, and for the matched control the search that fixed its m%."""
-    m, r = wildcards.model, wildcards.revision
-    inputs = {
-        "data": targets.benchmark_input(config, wildcards.benchmark),
-        "neurons": cohort_neurons(wildcards),
-    }
-    if model_dir(wildcards):
-        inputs["model"] = model_dir(wildcards)
-    if wildcards.selector == "matched":
-        inputs["search"] = paths.matched_search(
-            m, r, wildcards.scope, wildcards.percent
-        )
-    return inputs
-
-
-def matched_search_inputs(wildcards):
-    """Model, validation text, the cohort's neuron table, and the perplexities the search matches: the
-    wasserstein condition's ppl.json (its target) and the clean one (the m = 0 end)."""
-    m, r = wildcards.model, wildcards.revision
-    target = grid.Condition(wildcards.scope, "wasserstein", wildcards.percent, 0)
-    inputs = {
-        "data": paths.benchmark_data("ppl"),
-        "neurons": cohort_neurons(wildcards),
-        "target": paths.ablation(m, r, target, "ppl"),
-        "clean": paths.clean(m, r, "ppl"),
-    }
-    if model_dir(wildcards):
-        inputs["model"] = model_dir(wildcards)
-    return inputs
-
-
-def condition_results(wildcards):
-    """Clean + every configured condition for one benchmark of one checkpoint."""
-    m, r, b = wildcards.model, wildcards.revision, wildcards.benchmark
-    conditions = grid.conditions_scored(config, m, r, b)
-    return [paths.clean(m, r, b), *(paths.ablation(m, r, c, b) for c in conditions)]
-
-
-def evaluation_params(wildcards):
-    """The evaluation settings of a scoring job: the capability suite's jobs get the suite and the settings lm-eval
-    uses; every other job the rest (so that a new suite reruns only the capability jobs).
-    """
-    evaluation = config["evaluation"]
-    if wildcards.get("benchmark") == grid.CAPABILITY:
-        keys = ("convention", "dtype", "batch_size")
-        capability = evaluation["capability"]
-        return {k: evaluation[k] for k in keys} | {
-            "seed": capability["seed"],
-            "capability": capability,
-        }
-    others = {k: v for k, v in evaluation.items() if k != "capability"}
-    return others | {"tse_format": config["data"]["tse"]["format"]}
-
-
-def _cohort(wildcards):
-    """Which revision's table chooses the neurons (recorded in every condition) and how many per layer."""
-    ablation = config["ablation"]
-    return {
-        "cohort_source": grid.cohort_revision(
-            config, wildcards.model, wildcards.revision
-        ),
-        "cohort_selection": ablation["checkpoint_selection"],
-        "count_rule": ablation["count_rule"],
-    }
-
-
-def condition_spec(wildcards):
-    """The neuron selection of one ablation job: selector, percent, layers, seed of its trial, cohort."""
-    return {
-        "selector": wildcards.selector,
-        "percent": float(wildcards.percent),
-        "scope": wildcards.scope,
-        "layers": grid.layers_for_scope(config, wildcards.model, wildcards.scope),
-        "trial": int(wildcards.trial),
-        "seed": config["ablation"]["seed"] + int(wildcards.trial),
-        "mode": config["ablation"]["mode"],
-    } | _cohort(wildcards)
-
-
-def search_spec(wildcards):
-    return (
-        config["ablation"]["matched"]
-        | {
-            "percent": float(wildcards.percent),
-            "layers": grid.layers_for_scope(config, wildcards.model, wildcards.scope),
-            "mode": config["ablation"]["mode"],
-        }
-        | _cohort(wildcards)
-    )
+# Pure functions of (config, wildcards) in wneurons.experiment.ablations.
+score_data = of_config(ablations.score_data)
+ablation_inputs = with_model(ablations.ablation_inputs)
+matched_search_inputs = with_model(ablations.matched_search_inputs)
+condition_results = of_config(ablations.condition_results)
+evaluation_params = of_config(ablations.evaluation_params)
+condition_spec = of_config(ablations.condition_spec)
+search_spec = of_config(ablations.search_spec)
 
 
 # ---------------------------------------------------------------- figures.smk
@@ -647,15 +472,7 @@ def figure_params(rule_name):
 
 
 # ---------------------------------------------------------------- analyses.smk (paper §3 token level, §5-7)
-def pair_sample_inputs(wildcards):
-    inputs = {"wikitext": paths.benchmark_data("ppl")}
-    if config["pairs"]["source"] == "test_shards":
-        inputs["shards"] = paths.kept_shards(wildcards.model, wildcards.revision)
-    elif model_dir(wildcards):
-        inputs["model"] = model_dir(wildcards)
-    return inputs
-
-
+pair_sample_inputs = with_model(analyses.pair_sample_inputs)
 # The rest are pure functions of (config, wildcards) in wneurons.experiment.analyses.
 pair_sample_params = of_config(analyses.pair_sample_params)
 pair_signs_params = of_config(analyses.pair_signs_params)
@@ -705,41 +522,9 @@ def replication_inputs(wildcards):
     return targets.claim_inputs(config)
 
 
-def explorer_inputs(wildcards):
-    """Shards, tables and text of the model; its pair sample and POS tags when the analyses make them."""
-    m, r = wildcards.model, wildcards.revision
-    others = [c for c in targets.revisions(config, m) if c != r]
-    inputs = {
-        "shards": paths.shards(m, r),
-        "neurons": paths.neurons(m, r),
-        "wikitext": paths.benchmark_data("ppl"),
-        "checkpoints": [paths.neurons(m, c) for c in others],
-    }
-    if model_dir(wildcards):
-        inputs["model"] = model_dir(wildcards)
-    if m in targets.analysis_models(config) and r == final_revision(m):
-        inputs["sample"] = paths.pair_sample(m, r)
-        if config["pos"]["model"] == m:
-            inputs["tags"] = paths.pos_tags(m)
-    if targets.sign_cases_at(config, m, r):
-        inputs["sign_cases"] = paths.sign_cases(m, r)
-    return inputs
-
-
-def sign_cases_inputs(wildcards):
-    """The model, its neuron table (which neurons the explorer lists), WikiText-2 and the shards (their windows)."""
-    m, r = wildcards.model, wildcards.revision
-    inputs = {
-        "shards": paths.shards(m, r),
-        "neurons": paths.neurons(m, r),
-        "wikitext": paths.benchmark_data("ppl"),
-    }
-    if model_dir(wildcards):
-        inputs["model"] = model_dir(wildcards)
-    return inputs
-
-
 # Pure functions of (config, wildcards) in wneurons.experiment.reporting.
+explorer_inputs = with_model(reporting.explorer_inputs)
+sign_cases_inputs = with_model(reporting.sign_cases_inputs)
 paired_conditions = of_config(reporting.paired_conditions)
 paired_inputs = of_config(reporting.paired_inputs)
 replication_run = of_config(reporting.replication_run)

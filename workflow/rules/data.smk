@@ -66,7 +66,7 @@ rule stage_lmeval_tasks:
         )
 
 
-# Hub models (wneurons.lm.hub): each revision staged on this machine (where the internet is) before any job reads
+# Hub models (wneurons.lm.hub_staging): each revision staged on this machine (where the internet is) before any job reads
 # it, pinned to its commit and verified (only the shards weight rows read, for a step read by nothing else); a
 # revision's weights pruned once every job reading them is done.
 rule stage_model:

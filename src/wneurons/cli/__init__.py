@@ -1,7 +1,7 @@
 """The ``wneurons`` command: one entry point over the workflow. Snakemake stays the engine: every subcommand that
 runs the grid builds a ``snakemake`` command line (printed first), and every ``snakemake`` command keeps working.
 
-    wneurons init MODEL [--name NAME] [--template CONFIG] [-o my-model.yaml]   write a validated config
+    wneurons init MODEL [--grid paper|demo] [--name NAME] [-o my-model.yaml]   write a validated config
     wneurons plan [CONFIG] [--profile P] [--site S]     jobs, allocations, model loads, GPU-hours and disk
     wneurons run [CONFIG] [-n] [--profile P] [-- SNAKEMAKE ARGS]   run (or dry-run) the grid
     wneurons compare A B [--subset] [--rtol R]            two result trees (wneurons.report.compare)
@@ -33,6 +33,9 @@ from wneurons.experiment.model_facts import (
 )
 
 SCHEMA = "workflow/schemas/config.schema.yaml"
+# The grids `wneurons init` copies (every key but `models`): the paper's (full benchmarks, its trial counts), or the
+# demo's toy sizes (a smoke test: such a run decides almost nothing).
+GRIDS = {"paper": "config/config.yaml", "demo": "config/demo.yaml"}
 DEFAULT_CONFIG = "config/config.yaml"
 LOCAL_PROFILE = "profiles/local"  # `wneurons run` without --profile
 # Template keys that name one of the template's models: reset for a config of another model (to their defaults).
@@ -150,10 +153,40 @@ def _reset(config: dict, path: tuple[str, ...], value: Any) -> None:
         node[path[-1]] = value
 
 
-def init_config(args: argparse.Namespace, root: Path) -> Path:
-    """Write the config of ``args.model`` (keys other than ``models`` from ``args.template``), validated as the
-    workflow validates it; return its path."""
-    template_path = Path(args.template or root / "config/demo.yaml")
+def _fit_layer_groups(config: dict, num_layers: int) -> str | None:
+    """Halve the template's layer-group size until the model has at least two groups (a group as large as the model
+    would repeat the all-layer ablation); what was changed, or None."""
+    groups = config.get("ablation", {}).get("layer_groups", {})
+    size = groups.get("size")
+    if not isinstance(size, int) or size < num_layers:
+        return None
+    groups["size"] = max(1, (num_layers + 1) // 2)
+    return f"ablation.layer_groups.size {size} -> {groups['size']} ({num_layers} layers)"
+
+
+def _grid_summary(config: dict) -> str:
+    """The sizes a config's grid runs at, in one line, read from the config itself."""
+    evaluation, ablation = config.get("evaluation", {}), config.get("ablation", {})
+
+    def size(value: Any, unit: str) -> str:
+        return f"all {unit}" if value is None else f"{value} {unit}"
+
+    tasks = evaluation.get("capability", {}).get("tasks") or []
+    return (
+        f"BLiMP {size(evaluation.get('blimp_pairs_per_paradigm'), 'pairs per paradigm')}, "
+        f"TSE {size(evaluation.get('tse_items_per_subtask'), 'items per subtask')}, "
+        f"perplexity {size(evaluation.get('perplexity_max_tokens'), 'tokens')}, "
+        f"{ablation.get('random_trials')} random trials at each of "
+        f"{', '.join(format(p, 'g') for p in ablation.get('percents', []))}% of each layer, "
+        f"capability: {', '.join(tasks) or 'none'}"
+    )
+
+
+def init_config(args: argparse.Namespace, root: Path) -> tuple[Path, str]:
+    """Write the config of ``args.model`` (keys other than ``models`` from ``args.template``, else the grid
+    ``args.grid`` of :data:`GRIDS`), validated as the workflow validates it; return its path and a line saying
+    which grid it got at which sizes."""
+    template_path = Path(args.template or root / GRIDS[args.grid])
     template = load_yaml_strict(template_path)
     schema = load_yaml_strict(root / SCHEMA)
     families = [f for f in schema["properties"]["models"]["additionalProperties"]["properties"]["family"]["enum"] if f]
@@ -163,20 +196,24 @@ def init_config(args: argparse.Namespace, root: Path) -> Path:
     config = {key: value for key, value in template.items() if key != "models"}
     for path, value in _MODEL_KEYS:
         _reset(config, path, value)
+    fitted = _fit_layer_groups(config, entry["num_layers"])
     config = {"models": {name: entry}, **config, "results_dir": f"results-{name}"}  # its own, beside the demo's
     out = Path(args.output or f"config/{name}.yaml")
     try:
         validate_config(yaml.safe_load(yaml.safe_dump(config)), root / SCHEMA, Path.cwd())
     except ConfigError as err:
         raise CommandError(f"init: the config for {name} does not validate: {err}") from None
+    grid = f"the grid of {template_path}" if args.template else f"the {args.grid} grid ({GRIDS[args.grid]})"
+    chose = f"{grid}: {_grid_summary(config)}" + (f"; {fitted}" if fitted else "")
     out.parent.mkdir(parents=True, exist_ok=True)
     header = (
         f"# Written by `wneurons init {args.model}`: {name} ({entry['family']}, {entry['num_layers']} layers, "
         f"read from {facts.where}); every key but `models` from {template_path}.\n"
+        f"# Grid: {chose}.\n"
         f"# Keys and defaults: {SCHEMA}. Check it with `snakemake -n --configfile {out}`.\n"
     )
     out.write_text(header + yaml.safe_dump(config, sort_keys=False))
-    return out
+    return out, chose
 
 
 # ---------------------------------------------------------------- run, plan, explore
@@ -221,13 +258,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write a config for MODEL, checked before any job: its family (transformers model_type) and "
         "layer count are read from the model's own config.json (a local directory; fetched from the hub for a "
         "hub id) or GGUF header, and the config is validated as the workflow validates it. Every key but "
-        "`models` comes from the template.",
+        "`models` comes from the grid (--grid) or --template; it says which, at which sizes.",
     )
     p.add_argument("model", metavar="MODEL", help="a saved transformers model directory, a GGUF file or a hub id")
     p.add_argument("--name", help="the model's name in result paths (default: from MODEL, lower case)")
     p.add_argument("--family", help="the family you expect; an error in one line if the model is of another")
     p.add_argument("--revision", help="hub revision (branch, tag or commit) of a hub id; default: main")
-    p.add_argument("--template", help="config whose other keys (data, grid) are copied (default: config/demo.yaml)")
+    p.add_argument(
+        "--grid",
+        choices=sorted(GRIDS),
+        default="paper",
+        help="the grid copied: paper (config/config.yaml: full benchmarks, the paper's trial counts and percents) or "
+        "demo (config/demo.yaml: toy sizes that run in minutes and decide almost nothing)",
+    )
+    p.add_argument("--template", help="a config whose other keys (data, grid) are copied, instead of --grid's")
     p.add_argument("-o", "--output", help="where to write it (default: config/NAME.yaml)")
 
     p = sub.add_parser(
@@ -306,8 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = repository_root()
         if args.command == "init":
-            out = init_config(args, root)
-            print(f"wrote {out}; next: wneurons plan {out}  (or: snakemake -n --configfile {out})")
+            out, chose = init_config(args, root)
+            print(f"wrote {out} with {chose}")
+            print(f"next: wneurons plan {out}  (or: snakemake -n --configfile {out})")
             return 0
         if args.command == "plan":
             from wneurons.experiment import plan

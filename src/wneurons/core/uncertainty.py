@@ -22,7 +22,8 @@ perplexity) the resamples are drawn in doublings until the Monte Carlo error of 
 
 Besides the 95% CI each accuracy row carries the (1 - 2 alpha) intervals of :data:`EQUIVALENCE_ALPHAS`: a two
 one-sided test (TOST) at alpha that a difference lies within +-m is the same decision as that interval lying inside
-(-m, m) (:func:`equivalence_interval`, :func:`inside_margin`); the claims' margins are in ``report/claims``.
+(-m, m); :mod:`core.equivalence` builds the interval a claim's TOST reads (with the exact bound of the discordant
+counts) and the claims' margins are in ``report/claims``.
 
 No CI is computed from fewer resampling units than it needs (a bootstrap over 4 windows has 35 distinct resamples;
 one over 3 points of a correlation is its own extremes): :data:`MIN_RESAMPLING_UNITS` items / windows / neurons,
@@ -234,40 +235,6 @@ def equivalence_columns(alpha: float) -> tuple[str, str]:
     """The columns of a paired row holding its (1 - 2 alpha) interval (alpha in EQUIVALENCE_ALPHAS)."""
     pct = round(100 * (1 - 2 * alpha))
     return f"ci{pct}_lo", f"ci{pct}_hi"
-
-
-def zero_discordance_bound(n: int, alpha: float) -> float:
-    """With no discordant item among n, the exact one-sided (1 - alpha) upper bound of the discordance rate,
-    1 - alpha^(1/n), which bounds |accuracy difference| (a bootstrap of n equal items is the point 0 at any n)."""
-    return 1.0 - alpha ** (1.0 / n)
-
-
-def equivalence_interval(row: dict, alpha: float, level: float = CI_LEVEL) -> tuple[float, float, str]:
-    """(lo, hi, how) of the (1 - 2 alpha) interval of a paired accuracy row, the interval whose inclusion in
-    (-m, m) is the two one-sided tests (TOST) at alpha: the row's own column when it has it, else a normal
-    approximation from its ``level`` CI (drop -+ z_{1-alpha} se); with no discordant item, the exact bound
-    +-:func:`zero_discordance_bound`. NaN (and why) without a CI."""
-    n = int(row.get("n") or 0)
-    if row.get("only_reference") is not None and row.get("only_condition") is not None and n > 0:
-        if int(row["only_reference"]) + int(row["only_condition"]) == 0:
-            if n < MIN_RESAMPLING_UNITS:
-                return math.nan, math.nan, f"no interval from {n} items (needs {MIN_RESAMPLING_UNITS})"
-            u = zero_discordance_bound(n, alpha)
-            return -u, u, f"no item differs: exact bound 1 − α^(1/n) at n = {n}"
-    lo_col, hi_col = equivalence_columns(alpha)
-    lo, hi = row.get(lo_col), row.get(hi_col)
-    if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
-        return float(lo), float(hi), f"{1 - 2 * alpha:.0%} interval"
-    c_lo, c_hi = row.get("ci_lo"), row.get("ci_hi")
-    if c_lo is None or c_hi is None or not (math.isfinite(c_lo) and math.isfinite(c_hi)):
-        return math.nan, math.nan, "no CI"
-    half = stats.norm.ppf(1 - alpha) * (c_hi - c_lo) / (2 * stats.norm.ppf(0.5 + level / 2))
-    return row["drop"] - half, row["drop"] + half, f"{1 - 2 * alpha:.0%} interval, normal approximation from the 95% CI"
-
-
-def inside_margin(lo: float, hi: float, margin: float) -> bool:
-    """Whether an interval lies inside (-margin, margin): equivalence by TOST when it is the (1 - 2 alpha) one."""
-    return math.isfinite(lo) and math.isfinite(hi) and -margin < lo and hi < margin
 
 
 def percentile_ci(draws: np.ndarray, level: float = CI_LEVEL) -> tuple[float, float]:

@@ -223,6 +223,23 @@ def job_mem_mb(config: dict, site: Site, rule: str, wildcards: dict, attempt: in
     return min(mb, site.max_mem_mb) if site.max_mem_mb else mb
 
 
+def unallocated_mem_mb(config: dict, site: Site, wildcards: dict, attempt: int = 1) -> int:
+    """Host memory (MB) of a submitted job outside the allocations (conversion, training a suite, the analyses'
+    tables, the explorer): its model's weights in fp32 plus headroom (3 GB without a model), grown with each retry,
+    never past the site's max_mem_mb."""
+    params_b = config["models"][wildcards["model"]]["params_b"] if "model" in wildcards else 0
+    mb = int((3000 + 6000 * params_b) * attempt)
+    return min(mb, site.max_mem_mb) if site.max_mem_mb else mb
+
+
+def unallocated_minutes(config: dict, site: Site, wildcards: dict, attempt: int = 1) -> int:
+    """Walltime minutes of a submitted job outside the allocations (a flat bound: these jobs take minutes), grown
+    with each retry, never past the site's max_runtime (a longer request is refused where a site enforces its
+    limits)."""
+    params_b = config["models"][wildcards["model"]]["params_b"] if "model" in wildcards else 0
+    return min(int((20 + 15 * params_b) * attempt), site.max_runtime)
+
+
 # ---------------------------------------------------------------- allocations: a checkpoint's jobs, packed
 JobKey = tuple[str, tuple[tuple[str, str], ...]]  # (rule, sorted wildcards)
 

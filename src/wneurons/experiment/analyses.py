@@ -11,6 +11,17 @@ def analysis_condition(scope: str, selector: str, percent: float) -> grid.Condit
     return grid.Condition(scope, selector, grid.format_percent(percent), 0)
 
 
+def pair_sample_inputs(config: dict, wildcards, model_dir) -> dict:
+    """WikiText-2's validation text, and what the pairs are read from: the kept test shards, or the model
+    (``model_dir``: the job's model input, none for local models)."""
+    inputs = {"wikitext": paths.benchmark_data("ppl")}
+    if config["pairs"]["source"] == "test_shards":
+        inputs["shards"] = paths.kept_shards(wildcards.model, wildcards.revision)
+    elif model_dir:
+        inputs["model"] = model_dir
+    return inputs
+
+
 def pair_sample_params(config: dict, wildcards) -> dict:
     """Sample size, seed, source; the validation stream cut like the perplexity stream."""
     pairs = config["pairs"]

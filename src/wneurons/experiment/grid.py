@@ -179,6 +179,38 @@ def conditions_for(config: dict, model: str, revision: str) -> list[Condition]:
     return list(dict.fromkeys(conditions))
 
 
+def trial_seed(config: dict, trial: int) -> int:
+    """The seed of an ablation condition's trial (random trial t draws with ``ablation.seed + t``)."""
+    return config["ablation"]["seed"] + trial
+
+
+def evaluation_settings(config: dict, benchmark: str | None) -> dict:
+    """The evaluation settings of a scoring job: the capability suite's jobs get the suite and the settings lm-eval
+    uses; every other job the rest (so that a new suite reruns only the capability jobs)."""
+    evaluation = config["evaluation"]
+    if benchmark == CAPABILITY:
+        capability = evaluation["capability"]
+        return {k: evaluation[k] for k in ("convention", "dtype", "batch_size")} | {
+            "seed": capability["seed"],
+            "capability": capability,
+        }
+    others = {k: v for k, v in evaluation.items() if k != "capability"}
+    return others | {"tse_format": config["data"]["tse"]["format"]}
+
+
+def search_settings(config: dict, model: str, scope: str, percent: float) -> dict:
+    """The matched control's search for the wasserstein condition at ``percent`` over ``scope``:
+    ``ablation.matched`` (tolerance, steps, ...) with the percent, the scope's layers and the clamp's mode (the
+    workflow adds the cohort and count rule, :func:`wneurons.experiment.ablations.cohort`; key order kept, so no
+    job's params change)."""
+    ablation = config["ablation"]
+    return ablation["matched"] | {
+        "percent": float(percent),
+        "layers": layers_for_scope(config, model, scope),
+        "mode": ablation["mode"],
+    }
+
+
 def capability_scored(config: dict, model: str, revision: str) -> bool:
     """Whether the capability suite is scored at this checkpoint: the config names tasks, and the revision is the
     final one (or ``evaluation.capability.checkpoints`` asks for every revision)."""

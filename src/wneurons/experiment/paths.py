@@ -168,8 +168,8 @@ def trained_suite(model: str) -> str:
 
 
 def staged_dir(model: str, revision: str, root: str = STAGED) -> str:
-    """A hub revision staged for the jobs (wneurons.lm.hub.stage): its config, tokenizer and weight files, pinned
-    to one commit. ``root``: the config's ``hub.staging_dir``."""
+    """A hub revision staged for the jobs (wneurons.lm.hub_staging.stage): its config, tokenizer and weight files,
+    pinned to one commit. ``root``: the config's ``hub.staging_dir``."""
     return f"{root}/{model}/{revision}"
 
 

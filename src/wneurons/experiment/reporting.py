@@ -1,5 +1,6 @@
 """Inputs and params of the jobs of ``workflow/rules/report.smk`` (paired statistics, the claims table, the
-explorer): pure functions of the config and a job's wildcards; ``common.smk`` binds them to the run's config."""
+explorer): pure functions of the config and a job's wildcards; ``common.smk`` binds them to the run's config (and,
+where a job reads a model, to its model input)."""
 
 from __future__ import annotations
 
@@ -75,3 +76,39 @@ def sign_cases_params(config: dict, wildcards) -> dict:
     chosen = {k: spec["explorer"][k] for k in ("neurons_per_layer", "layers", "contexts")}
     return {"explorer": chosen, "clamped_percents": spec["clamped_percents"], "extra_neurons": spec["extra_neurons"],
             "dtype": config["neurons"]["dtype"]}  # fmt: skip
+
+
+def explorer_inputs(config: dict, wildcards, model_dir) -> dict:
+    """Shards, tables and text of the model (``model_dir``: the job's model input, none for local models); its pair
+    sample and POS tags when the analyses make them; its sign cases when the config draws them."""
+    m, r = wildcards.model, wildcards.revision
+    others = [c for c in targets.revisions(config, m) if c != r]
+    inputs = {
+        "shards": paths.shards(m, r),
+        "neurons": paths.neurons(m, r),
+        "wikitext": paths.benchmark_data("ppl"),
+        "checkpoints": [paths.neurons(m, c) for c in others],
+    }
+    if model_dir:
+        inputs["model"] = model_dir
+    if m in targets.analysis_models(config) and r == targets.final_revision(config, m):
+        inputs["sample"] = paths.pair_sample(m, r)
+        if config["pos"]["model"] == m:
+            inputs["tags"] = paths.pos_tags(m)
+    if targets.sign_cases_at(config, m, r):
+        inputs["sign_cases"] = paths.sign_cases(m, r)
+    return inputs
+
+
+def sign_cases_inputs(config: dict, wildcards, model_dir) -> dict:
+    """The model (as in :func:`explorer_inputs`), its neuron table (which neurons the explorer lists), WikiText-2
+    and the shards (their windows)."""
+    m, r = wildcards.model, wildcards.revision
+    inputs = {
+        "shards": paths.shards(m, r),
+        "neurons": paths.neurons(m, r),
+        "wikitext": paths.benchmark_data("ppl"),
+    }
+    if model_dir:
+        inputs["model"] = model_dir
+    return inputs

@@ -7,6 +7,7 @@ from :data:`wneurons.lm.benchmarks.BENCHMARKS`; the clamp is :func:`wneurons.lm.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -94,6 +95,8 @@ def score_job(
     prov = io.provenance(
         **model_prov,
         **data_provenance(data_dir),
+        # The text perplexity scored, by checksum: C29 reads which WikiText-2 split it is (validation).
+        **({"text_sha256": hashlib.sha256(data.encode("utf-8")).hexdigest()} if isinstance(data, str) else {}),
         # The benchmark's own convention: the evaluation's, except the capability suite's (lm-eval's).
         convention=scores.get("convention", evaluation["convention"]),
         bos_prepended=scores["bos_prepended"],
@@ -112,6 +115,44 @@ def score_job(
     return result
 
 
+def search_matched_percent(
+    model,
+    tokenizer,
+    stats: pl.DataFrame,
+    text: str,
+    target: float,
+    clean: float,
+    evaluation: dict,
+    search: dict,
+    window_bos: bool,
+) -> dict:
+    """The m% of each layer's lowest-WD neurons (``stats``: the neurons table) whose clamp brings the perplexity of
+    ``text`` to ``target`` (W's), scored as the ppl jobs score it (``evaluation``'s settings): the search of
+    :func:`wneurons.core.selection.perplexity_matched_fraction` with ``search``'s tolerance, steps, layers, mode and
+    count rule; returns its record (``percent``, ``converged``, ``relative_gap``, the steps)."""
+    from wneurons.core.selection import perplexity_matched_fraction, select_neurons
+    from wneurons.lm.ablation import clamp_negative_preactivations
+    from wneurons.lm.benchmarks import score_perplexity
+
+    def perplexity_at(percent: float) -> float:
+        neurons = select_neurons(stats, "lowest", percent, search["layers"], rule=search["count_rule"])
+        with clamp_negative_preactivations(model, neurons, mode=search["mode"]):
+            ppl = score_perplexity(model, tokenizer, text, evaluation, window_bos)[0]["perplexity"]
+        counts = sum(int(v.numel()) for v in neurons.values())
+        log.info("search: lowest %.4g%% (%d neurons) -> perplexity %.4f (target %.4f)", percent, counts, ppl, target)
+        return ppl
+
+    return perplexity_matched_fraction(
+        perplexity_at,
+        target,
+        clean=clean,
+        tolerance=search["tolerance"],
+        nll_increase_tolerance=search.get("nll_increase_tolerance"),
+        max_percent=search["max_percent"],
+        max_steps=search["max_steps"],
+    )
+
+
 def matched_search_job(
     spec: dict,
     data_dir: str,
@@ -128,9 +169,7 @@ def matched_search_job(
     target is the wasserstein condition's ``ppl`` result itself: the perplexity it reaches at the chosen m is the
     one the matched condition's ppl job reports, so the gap recorded here is the gap ``ppl.json`` shows.
     """
-    from wneurons.core.selection import perplexity_matched_fraction, select_neurons
-    from wneurons.lm.ablation import clamp_negative_preactivations
-    from wneurons.lm.benchmarks import perplexity_options, score_perplexity, validation_text
+    from wneurons.lm.benchmarks import perplexity_options, validation_text
 
     target_result = io.read_json(target_path)
     condition = target_result["condition"]
@@ -145,27 +184,8 @@ def matched_search_job(
     with configured_model(spec, evaluation["dtype"]) as (model, tokenizer):
         window_bos = window_bos_of(spec, model, tokenizer)[0]
         text = validation_text(data_dir, evaluation)
-
-        def perplexity_at(percent: float) -> float:
-            neurons = select_neurons(stats, "lowest", percent, search["layers"], rule=search["count_rule"])
-            with clamp_negative_preactivations(model, neurons, mode=search["mode"]):
-                ppl = score_perplexity(model, tokenizer, text, evaluation, window_bos)[0]["perplexity"]
-            counts = sum(int(v.numel()) for v in neurons.values())
-            log.info(
-                "search: lowest %.4g%% (%d neurons) -> perplexity %.4f (target %.4f)", percent, counts, ppl, target
-            )
-            return ppl
-
         start = time.perf_counter()
-        result = perplexity_matched_fraction(
-            perplexity_at,
-            target,
-            clean=clean,
-            tolerance=search["tolerance"],
-            nll_increase_tolerance=search.get("nll_increase_tolerance"),
-            max_percent=search["max_percent"],
-            max_steps=search["max_steps"],
-        )
+        result = search_matched_percent(model, tokenizer, stats, text, target, clean, evaluation, search, window_bos)
         result["wasserstein_percent"] = search["percent"]
         result["clean_perplexity"] = clean
         result["cohort_source"] = search["cohort_source"]

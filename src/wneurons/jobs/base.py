@@ -1,7 +1,7 @@
 """What every job module shares: a job's log file, the configured model (loaded once per process and lent between
 jobs), its tokenizer alone, the window-BOS choice, and the model and data provenance every result records.
 
-A hub model's loader spec names its staged directory (``staged``, wneurons.lm.hub.stage): jobs read only that
+A hub model's loader spec names its staged directory (``staged``, wneurons.lm.hub_staging.stage): jobs read only that
 directory, never the hub, and record the commit the revision resolved to."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from wneurons.store.data import SOURCE_FILE
 log = logging.getLogger("wneurons")
 
 HUB = "hub_id"  # the one model source whose loader spec carries a revision; the other is a local directory
-STAGED = "staged"  # a hub model's loader spec: the directory its revision was staged in (wneurons.lm.hub.stage)
+STAGED = "staged"  # a hub model's loader spec: the directory its revision was staged in (wneurons.lm.hub_staging.stage)
 
 
 @contextlib.contextmanager

@@ -93,8 +93,8 @@ def replication_table_job(run_spec: dict, out_md: str, out_json: str, out_html: 
 
 
 def _decoded_top_tokens(tokenizer, ids: np.ndarray, y: np.ndarray, k: int, min_count: int, groups) -> dict:
-    """:func:`wneurons.report.explorer.top_tokens` with each token decoded, and a note of what it is."""
-    from wneurons.report.explorer import top_tokens
+    """:func:`wneurons.report.explorer_records.top_tokens` with each token decoded, and a note of what it is."""
+    from wneurons.report.explorer_records import top_tokens
 
     tops = top_tokens(ids, y, k, min_count, groups)
     out = {side: [t | {"token": tokenizer.decode([t["id"]])} for t in rows] for side, rows in tops.items()}
@@ -117,9 +117,9 @@ def _explorer_tokens(shards_dir: str, wikitext_dir: str, tokenizer):
 
 
 def _explorer_neurons(neurons_path: str, params: dict, clamped_percents, extra_neurons) -> pl.DataFrame:
-    """The neurons the explorer lists (:func:`wneurons.report.explorer.listed_neurons`), for the explorer and for
-    the sign cases of the same neurons."""
-    from wneurons.report.explorer import listed_neurons
+    """The neurons the explorer lists (:func:`wneurons.report.explorer_records.listed_neurons`), for the explorer
+    and for the sign cases of the same neurons."""
+    from wneurons.report.explorer_records import listed_neurons
 
     return listed_neurons(
         pl.read_parquet(neurons_path), params["neurons_per_layer"], params["layers"], list(clamped_percents),
@@ -129,7 +129,7 @@ def _explorer_neurons(neurons_path: str, params: dict, clamped_percents, extra_n
 
 def _sign_case_rows(tokenizer, ids: np.ndarray, frame: pl.DataFrame | None, width: int) -> list[dict]:
     """One neuron's four sign-case rows (:mod:`wneurons.core.sign_cases`), each with its top tokens in context."""
-    from wneurons.report.explorer import token_contexts
+    from wneurons.report.explorer_records import token_contexts
 
     if frame is None:
         raise ValueError("explorer: a listed neuron has no row in the sign-case table (built for other neurons?)")
@@ -239,7 +239,7 @@ def explorer_job(
     from wneurons.core.case_study import top_pair_table
     from wneurons.core.stats import negative_per_token_ratio
     from wneurons.lm.registry import is_gated
-    from wneurons.report import explorer
+    from wneurons.report import explorer, explorer_records
     from wneurons.store.sample import load_sample_layer, sample_tokens
 
     start = time.perf_counter()
@@ -251,7 +251,7 @@ def explorer_job(
     tokens, pairs_note, sample_layers = None, "no pair sample of this model in the run (analyses pairs)", {}
     if sample_dir:
         tokens, meta = sample_tokens(sample_dir, tags_path)
-        pairs_note = explorer.pair_note(meta, tags_path)
+        pairs_note = explorer_records.pair_note(meta, tags_path)
     others = {
         rev: pl.read_parquet(p, columns=["layer", "neuron", "wd"]) for rev, p in (checkpoint_tables or {}).items()
     }
@@ -260,11 +260,11 @@ def explorer_job(
         cases = pl.read_parquet(sign_cases_path).partition_by("layer", "neuron", as_dict=True)
 
     records = []
-    min_count, groups = 5, explorer.token_groups(ids)
+    min_count, groups = 5, explorer_records.token_groups(ids)
     for row in listed.iter_rows(named=True):  # one page per listed neuron: the clamped sets and the top few
         layer, neuron = int(row["layer"]), int(row["neuron"])
         y = shard.y_neurons(layer, neuron, neuron + 1)[0].astype(np.float64)
-        low, high = explorer.extreme_positions(y, params["contexts"])
+        low, high = explorer_records.extreme_positions(y, params["contexts"])
         per_token = negative_per_token_ratio(row["wd_negative"], row["wd_positive"], row["frac_negative"])
         rec = {
             "model": spec["name"],
@@ -275,13 +275,13 @@ def explorer_job(
             "layer_size": int(row["layer_size"]),
             "neg_share": row["wd_negative"] / row["wd"] if row["wd"] else float("nan"),
             "neg_per_token": float(per_token),
-            "histogram": explorer.sign_histogram(y, params["bins"]),
-            "negative_contexts": explorer.token_contexts(tokenizer, ids, low, y, params["context_tokens"]),
-            "positive_contexts": explorer.token_contexts(tokenizer, ids, high, y, params["context_tokens"]),
+            "histogram": explorer_records.sign_histogram(y, params["bins"]),
+            "negative_contexts": explorer_records.token_contexts(tokenizer, ids, low, y, params["context_tokens"]),
+            "positive_contexts": explorer_records.token_contexts(tokenizer, ids, high, y, params["context_tokens"]),
             "pairs_note": pairs_note,
-            "checkpoints": explorer.checkpoint_wd(others, layer, neuron),
+            "checkpoints": explorer_records.checkpoint_wd(others, layer, neuron),
             "clamped_at": row["clamped_at"],
-            "clamped": explorer.clamped_sets(row),
+            "clamped": explorer_records.clamped_sets(row),
             "gated": gated,
             "family": family,
             "sign_cases": _sign_case_rows(tokenizer, ids, cases.get((layer, neuron)), params["context_tokens"])

@@ -105,11 +105,11 @@ def cohorts_job(
 
 def integrity_job(record_paths: list[str], final_revision: str, out_path: str, mode: str) -> dict:
     """The checkpoint integrity gate: every revision's weight hash, from its weight record (``weight_rows.json``)
-    or, for a hub model, its staged manifest (``STAGED.json``, :func:`wneurons.lm.hub.staged_integrity`, which
+    or, for a hub model, its staged manifest (``STAGED.json``, :func:`wneurons.lm.hub_integrity.staged_integrity`, which
     records the commits too); identical checkpoints (or one equal to the final revision) raise, naming them
     (``mode="error"``), or are recorded as dropped (``mode="drop"``)."""
     from wneurons.core.dynamics import CheckpointIntegrityError, integrity_drops, integrity_problems
-    from wneurons.lm.hub import staged_integrity
+    from wneurons.lm.hub_integrity import staged_integrity
 
     if record_paths and all(Path(p).name == STAGED_MANIFEST for p in record_paths):
         staged = {io.read_json(p)["revision"]: str(Path(p).parent) for p in record_paths}

@@ -193,9 +193,9 @@ def load_model(
 def load_staged(
     staged_dir: str | os.PathLike, *, dtype: str = "float32", device: str | torch.device = "cpu"
 ) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
-    """Load ``(model, tokenizer, provenance)`` from a staged hub revision (:func:`wneurons.lm.hub.stage`) with the
-    hub turned off: every file is read locally (``local_files_only``), no connection is opened. The manifest is
-    checked first (a missing, incomplete or pruned staging is a StagingError); ``provenance`` is
+    """Load ``(model, tokenizer, provenance)`` from a staged hub revision (:func:`wneurons.lm.hub_staging.stage`)
+    with the hub turned off: every file is read locally (``local_files_only``), no connection is opened. The manifest
+    is checked first (a missing, incomplete or pruned staging is a StagingError); ``provenance`` is
     :func:`wneurons.store.staged.staged_provenance` (hub id, revision, the commit it resolved to, weight digest)."""
     from wneurons.store.staged import staged_provenance, verify_staged
 

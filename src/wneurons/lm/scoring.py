@@ -38,6 +38,9 @@ import torch
 log = logging.getLogger(__name__)
 
 REDUCTIONS = ("sum", "mean")
+# How each minimal-pair benchmark reduces a sentence's token log-probs: BLiMP sums them, TSE averages them per token
+# (the authors' choices, docs/conventions.md); score_blimp / score_tse and the notebook API read it here.
+PAIR_REDUCTION = {"blimp": "sum", "tse": "mean"}
 
 # Rows of logits turned into float32 at a time: bounds the temporary copy (~256 MiB for a 64k vocabulary).
 _LOGIT_ELEMENTS_PER_CHUNK = 1 << 26
@@ -433,7 +436,7 @@ def score_blimp(
         tokenizer,
         [pairs["sentence_good"].to_list(), pairs["sentence_bad"].to_list()],
         convention=convention,
-        reduce="sum",
+        reduce=PAIR_REDUCTION["blimp"],
         batch_size=batch_size,
         progress=progress,
     )
@@ -448,7 +451,7 @@ def score_blimp(
         "ties_by_paradigm": _ties_by(scored, "paradigm"),
         "convention": convention,
         **bos,
-        "reduce": "sum",
+        "reduce": PAIR_REDUCTION["blimp"],
     }
     return (summary, scored.select(BLIMP_ITEM_COLUMNS)) if return_pairs else summary
 
@@ -485,7 +488,7 @@ def score_tse(
             items["sentence_intrusive"].filter(intrusive_rows).to_list(),
         ],
         convention=convention,
-        reduce="mean",
+        reduce=PAIR_REDUCTION["tse"],
         batch_size=batch_size,
         progress=progress,
     )
@@ -514,6 +517,6 @@ def score_tse(
         "ties_by_task": _ties_by(scored, "task"),
         "convention": convention,
         **bos,
-        "reduce": "mean",
+        "reduce": PAIR_REDUCTION["tse"],
     }
     return (summary, scored.select(TSE_ITEM_COLUMNS)) if return_items else summary

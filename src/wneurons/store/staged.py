@@ -1,7 +1,7 @@
-"""A staged hub revision on disk: its manifest (:data:`MANIFEST`, written last by :func:`wneurons.lm.hub.stage`, so a
-directory with one is complete), how it is read and verified before a load, and how its weights are pruned once
-every job reading them has finished (the manifest stays: its digests still feed the integrity gate). No network:
-staging itself, which talks to the hub, is :mod:`wneurons.lm.hub`.
+"""A staged hub revision on disk: its manifest (:data:`MANIFEST`, written last by
+:func:`wneurons.lm.hub_staging.stage`, so a directory with one is complete), how it is read and verified before a
+load, and how its weights are pruned once every job reading them has finished (the manifest stays: its digests still
+feed the integrity gate). No network: staging itself, which talks to the hub, is :mod:`wneurons.lm.hub_staging`.
 
 A staged file is checked against the manifest's sha256 before a job reads it (:func:`verify_staged`), hashed once
 per change: staging records each file's size and modification time with its digest, and a file still at those (or

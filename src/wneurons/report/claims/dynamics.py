@@ -35,6 +35,9 @@ PYTHIA_FINAL_STEP = 143_000
 EMERGENCE_STEP = 25_000  # C3: "within ~25K steps"
 EARLY_NN_STEP = 16_000  # C21: NN share x2 "by step 16K"
 CONTROL_R_BOUND = 0.5  # C22: a control's |r| above this is not "little or none"
+# C21's "small" NN (step 0) and PP shares: below the share NN (and PP) have among pairs of two independent outputs
+# each negative with probability 1/2 (NN 1/4, PN 1/2, PP 1/4), so "small" means below what chance signs give.
+SMALL_SHARE = 0.25
 
 
 def _step_limit(step: int, model: str, final_step: int) -> tuple[float, str]:
@@ -186,8 +189,22 @@ def c5_wd_tse_correlation_of(run: Run, model: str) -> Outcome:
     return Outcome(text, verdict, "", "Pearson r ≥ 0.7 over checkpoints, CI above 0", [src])
 
 
+def _small_share(f: pl.DataFrame, sign: str, rows: pl.DataFrame) -> str:
+    """Whether the ``sign`` share (nn, pp) of ``rows`` is small, i.e. below SMALL_SHARE: holds when every row lies
+    below it beyond 2 SEM (the table's ``sem_<sign>``; the point alone without one), fails when a row lies above
+    it beyond 2 SEM, else not enough data."""
+    share = rows[f"share_{sign}"].to_numpy().astype(np.float64)
+    sem = rows[f"sem_{sign}"].to_numpy().astype(np.float64) if f"sem_{sign}" in f.columns else np.zeros_like(share)
+    if np.any(share - 2 * sem > SMALL_SHARE):
+        return FAILS
+    return HOLDS if np.all(share + 2 * sem < SMALL_SHARE) else NO_DATA
+
+
 def c21_nn_over_training(run: Run, model: str) -> Outcome:
-    f, src = run.parquet(model, "pair_signs_training", ("step", "share_nn", "share_pn"))
+    """In layer 2 (index 1) the NN share of the most differentiated pairs is small at step 0, at least doubles by
+    step 16K (Pythia's; scaled to the model's final step), PP stays small at every checkpoint and PN falls
+    (docs/analyses.md §F). "Small": below SMALL_SHARE beyond 2 SEM (:func:`_small_share`)."""
+    f, src = run.parquet(model, "pair_signs_training", ("step", "share_nn", "share_pn", "share_pp"))
     if "layer" in f.columns:  # the MD cohort of layer index 1 (the paper's layer 2)
         f = f.filter(pl.col("layer") == 1)
     if f.height < MIN_CHECKPOINTS:
@@ -199,12 +216,19 @@ def c21_nn_over_training(run: Run, model: str) -> Outcome:
     if early is None:
         return Outcome(f"no checkpoint after step {f['step'][0]} and by step {words}", NO_DATA, sources=[src])
     pn_falls = float(f["share_pn"][-1]) < float(f["share_pn"][0])
-    verdict = HOLDS if early >= 2 * nn0 and pn_falls else FAILS
+    verdicts = {
+        "NN(step 0) small": _small_share(f, "nn", f.head(1)),
+        f"NN ×2 by step {words}": HOLDS if early >= 2 * nn0 else FAILS,
+        "PP small throughout": _small_share(f, "pp", f),
+        "PN falls": HOLDS if pn_falls else FAILS,
+    }
     ours = (
-        f"NN step {f['step'][0]}: {fmt(nn0)}, max by step {words}: {fmt(early)}; "
-        f"PN {fmt(f['share_pn'][0])} → {fmt(f['share_pn'][-1])} over {f.height} checkpoints"
+        f"NN step {f['step'][0]}: {fmt(nn0)}, max by step {words}: {fmt(early)}; PP max {fmt(f['share_pp'].max())}; "
+        f"PN {fmt(f['share_pn'][0])} → {fmt(f['share_pn'][-1])} over {f.height} checkpoints; "
+        + ", ".join(f"{name}: {v}" for name, v in verdicts.items())
     )
-    return Outcome(ours, verdict, "", f"NN ×2 by step {words}; PN falls", [src])
+    test = f"{'; '.join(verdicts)} (small: < {SMALL_SHARE:g} beyond 2 SEM)"
+    return Outcome(ours, combine(list(verdicts.values())), "", test, [src])
 
 
 def c22_ablation_vs_wd(run: Run, model: str) -> Outcome:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from wneurons.core.uncertainty import MIN_RESAMPLING_UNITS, equivalence_interval
+from wneurons.core.equivalence import zero_discordance_bound
+from wneurons.core.uncertainty import MIN_RESAMPLING_UNITS
 from wneurons.experiment.grid import condition_key, format_percent, parse_condition_key
 from wneurons.report.claims.run import (
     FAILS,
@@ -201,8 +202,9 @@ def c16_npi_first_group(run: Run, model: str) -> Outcome:
         out.ci, out.margin, out.alpha = ci, band["margin"], band["alpha"]
         return out
     if (row.get("only_reference") or 0) + (row.get("only_condition") or 0) == 0 and "only_reference" in row:
-        lo, hi, how = equivalence_interval(row, C16_ALPHA / 2)  # the exact bound of "no item changed"
-        ours += f"; {how}"
+        hi = zero_discordance_bound(row["n"], C16_ALPHA / 2)  # the exact bound of "no item changed"
+        lo = -hi
+        ours += f"; no item differs: exact bound 1 − α^(1/n) at n = {row['n']}"
         ci = fmt_ci(lo, hi, 100)
     verdict = HOLDS if low <= lo and hi <= high else FAILS if hi < low or lo > high else NO_DATA
     note = "CI wholly outside the band" if verdict == FAILS else ""

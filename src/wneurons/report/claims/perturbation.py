@@ -198,12 +198,16 @@ def matched_reach(run: Run, model: str, percent: float = 1.0) -> float | None:
 def control_match(run: Run, model: str, percent: float = 1.0) -> tuple[str, str]:
     """(state, words) of how well the matched control matched W: "matched", "weaker" (its perplexity stays below
     W's beyond the search's tolerance, or its NLL increase reaches less than MATCHED_REACH of W's), "stronger"
-    (its perplexity overshoots W's beyond the tolerance) or "unknown" (neither the search nor paired perplexities
-    are in the run). Reads the matched search's achieved vs target perplexity (``ppl.json``) and the paired
-    perplexity rows' NLL increases."""
+    (its perplexity overshoots W's beyond the tolerance), "nothing" (W does not raise perplexity: the search, as
+    C9 reads it, had nothing to match, so the control stands in for nothing) or "unknown" (neither the search nor
+    paired perplexities are in the run). Reads the matched search's achieved vs target perplexity (``ppl.json``)
+    and the paired perplexity rows' NLL increases."""
     parts, state = [], "unknown"
     try:
         record, _ = matched_search(run, model, percent)
+        searched, words = _search_state(record)
+        if searched == "no_increase":
+            return "nothing", f"matched control matched nothing (C9): {words}"
         search = record.get("matched_search", {})
         achieved, target = search.get("perplexity"), search.get("target_perplexity")
         tolerance = search.get("tolerance", 0.0) or 0.0
@@ -229,8 +233,11 @@ def guard_by_match(part: Part, state: str, w_hurts_more: bool) -> Part:
     """A comparison with a control that did not match decides only what its mismatch works against: that W hurts
     more than a weaker control is expected, and so is that a stronger control hurts as much or more than W; an
     unknown match shows nothing in the claim's favour. ``w_hurts_more``: the claim's side of this comparison
-    (C11, C30's grammar: W hurts more; C30's capability suite: the control hurts more)."""
+    (C11, C30's grammar: W hurts more; C30's capability suite: the control hurts more). A control that matched
+    nothing (state "nothing": W does not raise perplexity) decides no part either way."""
     decided = part.verdict in (HOLDS, FAILS)
+    if state == "nothing" and decided:
+        return Part(NO_DATA, False, part.text + "; a control that matched nothing (C9) cannot decide this")
     says_w_more = part.verdict == HOLDS if w_hurts_more else (part.verdict == FAILS and not part.equivalent)
     trivial = {
         "weaker": says_w_more,

@@ -19,13 +19,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from wneurons.core.uncertainty import (
-    MIN_CORRELATION_POINTS,
-    correlation_with_ci,
-    equivalence_interval,
-    inside_margin,
-    items_to_detect,
-)
+from wneurons.core.equivalence import equivalence_interval, inside_margin
+from wneurons.core.uncertainty import MIN_CORRELATION_POINTS, correlation_with_ci, items_to_detect
 
 HOLDS, FAILS, NO_DATA, NOT_RUN = "holds", "does not hold", "not enough data", "not run"
 VERDICTS = (HOLDS, FAILS, NO_DATA, NOT_RUN)
@@ -82,8 +77,9 @@ class Part:
 def difference_verdict(row: dict, margin: Margin, direction: int = 1) -> Part:
     """The verdict on a paired difference (``drop``) the claim says is non-zero in ``direction`` (+1: above 0):
 
-    - does not hold (equivalent): its (1 - 2 alpha) interval lies inside (-m, m) (TOST at alpha; an interval with
-      no discordant item is the exact bound, :func:`core.uncertainty.equivalence_interval`);
+    - does not hold (equivalent): its (1 - 2 alpha) interval lies inside (-m, m) (TOST at alpha; one trial's
+      interval is exact from its discordant counts, the same rule for none, few and many:
+      :func:`core.equivalence.equivalence_interval`);
     - holds: the exact test gives p < alpha and the 95% CI excludes 0 on the claimed side;
     - does not hold: p < alpha with the difference on the other side;
     - not enough data otherwise (the interval covers 0 and reaches past a margin).
