@@ -232,7 +232,7 @@ def _is_output(path: str) -> bool:
         n = min(len(parts), len(rule_parts))
         if len(parts) > len(rule_parts) and not is_dir or len(parts) < len(rule_parts) and not folder:
             continue
-        if all(_part_matches(d, r) for d, r in zip(parts[:n], rule_parts[:n])):
+        if all(_part_matches(d, r) for d, r in zip(parts[:n], rule_parts[:n], strict=True)):
             return True
     return False
 
