@@ -94,3 +94,13 @@ def test_replace_directory_moves_a_sibling_over_an_existing_one(tmp_path):
     io.replace_directory(tmp_path / ".target.new", tmp_path / "target")
     assert [p.name for p in tmp_path.iterdir()] == ["target"]
     assert (tmp_path / "target" / "new").read_text() == "new"
+
+
+def test_an_atomic_write_is_flushed_before_its_rename_and_the_rename_after(tmp_path, monkeypatch):
+    synced, real_fsync = [], os.fsync
+    monkeypatch.setattr(io.os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd))
+    target = tmp_path / "out" / "result.json"
+    with io.atomic_output(target) as tmp:
+        tmp.write_text("{}")
+    assert target.read_text() == "{}"
+    assert synced == [str(tmp), str(target.parent)]  # the data, then the directory entry of the rename

@@ -196,10 +196,15 @@ def test_a_job_given_a_gpu_fails_at_once_when_cuda_is_unusable(env):
     assert f"{name}={value}" in message and "CPU-only build" in message and "WNEURONS_DEVICE=cpu" in message
 
 
-def test_wneurons_device_cpu_is_the_one_way_to_run_a_gpu_job_on_the_cpu():
+def test_wneurons_device_cpu_runs_a_gpu_job_on_the_cpu_only_where_the_gpu_cannot_be_used():
     env = {"CUDA_VISIBLE_DEVICES": "0", "SLURM_JOB_GPUS": "0", "WNEURONS_DEVICE": "cpu"}
-    assert job_devices(env, cuda_available=False, device_count=0) == ["cpu"]
-    assert job_devices(env, cuda_available=True, device_count=1) == ["cpu"]
+    assert job_devices(env, cuda_available=False, device_count=0) == ["cpu"]  # stand-in GPUs (CI)
+    assert job_devices({"WNEURONS_DEVICE": "cpu"}, cuda_available=True, device_count=1) == ["cpu"]  # none given
+    # A real GPU given and usable: a value left in the login shell (sbatch --export=ALL) must not silently turn the
+    # allocation into a CPU run.
+    with pytest.raises(DeviceUnavailableError, match="WNEURONS_DEVICE=cpu, but this job was given a GPU") as info:
+        job_devices(env, cuda_available=True, device_count=1)
+    assert "\n" not in str(info.value) and "unset WNEURONS_DEVICE" in str(info.value)
 
 
 def test_every_visible_gpu_is_a_slot():

@@ -179,8 +179,39 @@ def test_sbatch_never_sees_the_hub_token():
     import snakemake_executor_plugin_slurm as slurm
 
     assert getattr(slurm.get_submit_command, "wneurons", False), "the seam moved: pin or adapt the executor"
-    build = executor._without_secrets(lambda *a, **k: "sbatch --parsable --export=ALL --wrap=x")
-    assert build().startswith("env -u HF_TOKEN -u HUGGING_FACE_HUB_TOKEN -u HF_HUB_TOKEN sbatch ")
+    build = executor._without_secrets(lambda *a, **k: "sbatch --parsable --export=ALL -t 52 --mem 2006 --wrap=x")
+    assert build(_Job()).startswith("env -u HF_TOKEN -u HUGGING_FACE_HUB_TOKEN -u HF_HUB_TOKEN sbatch ")
+
+
+def test_a_timed_out_allocation_asks_the_walltime_its_ledger_measured(monkeypatch):
+    """After a TIMEOUT the next sbatch of that job asks the grown walltime; other jobs' calls are untouched."""
+    build = executor._without_secrets(lambda *a, **k: "sbatch --parsable -t 52 --mem 2006 --wrap=x")
+    monkeypatch.setitem(executor.WALLTIME, _Job.jobid, 97)
+    assert " -t 97 --mem 2006 " in build(_Job())
+    other = type("Other", (), {"jobid": 8})()
+    assert " -t 52 --mem 2006 " in build(other)
+
+
+def test_timeouts_grow_the_walltime_from_progress_and_stop_after_two_without_any(monkeypatch):
+    ex = bare_executor(monkeypatch)
+    ex._left_at_submit, ex._idle_timeouts = {}, {}
+    members = [type("Member", (), {"resources": {"runtime": r}})() for r in (10, 10, 20)]
+    monkeypatch.setattr(executor, "members_of", lambda job: members)
+    monkeypatch.setattr(executor, "member_entry", lambda m: ("t", [], []))
+    monkeypatch.setattr(executor, "wait_until_gone", lambda jobid: True)
+    monkeypatch.setattr(executor, "remove_outputs", lambda *a: [])
+    monkeypatch.setattr(executor.slurm_site, "MAX_RUNTIME", 240)
+    monkeypatch.setattr(ex, "asked", lambda job: (15, 2000), raising=False)
+    monkeypatch.setattr(executor, "WALLTIME", {})
+    left = [members[1:]]
+    monkeypatch.setattr(executor, "unfinished_members", lambda job, manifest: left[-1])
+    ex.timed_out(_Info("5"))  # 15 min finished 10 planned minutes: 30 planned left -> 30 * 1.5 * 1.25 = 57
+    assert executor.WALLTIME[_Job.jobid] == 57 and ex.calls[-1] == ("run_job", 7)
+    ex._left_at_submit[_Job.jobid] = members[1:]
+    ex.timed_out(_Info("6"))  # nothing finished: the walltime doubles once ...
+    assert executor.WALLTIME[_Job.jobid] == 114 and ex.calls[-1] == ("run_job", 7)
+    ex.timed_out(_Info("7"))  # ... and a second attempt without progress stops, naming the keys
+    assert ex._for_good == {7} and "`tflops`" in ex.calls[-1][1] and "timed out twice" in ex.calls[-1][1]
 
 
 def test_site_events_reach_the_plugin_as_running_and_the_executor_first():
@@ -192,7 +223,7 @@ def test_site_events_reach_the_plugin_as_running_and_the_executor_first():
 
     async def base(command, logger):
         states = {"11": "RUNNING", "12": "PREEMPTED", "13": "COMPLETED", "14": "NODE_FAIL", "15": "BOOT_FAIL"}
-        return states | {"16": "CANCELLED by 0", "17": ""}, 0.01
+        return states | {"16": "CANCELLED by 0", "17": "", "18": "TIMEOUT"}, 0.01
 
     statuses, _ = asyncio.run(executor._site_events_left_to_executor(base)("squeue ...", None))
     assert statuses == {
@@ -203,6 +234,7 @@ def test_site_events_reach_the_plugin_as_running_and_the_executor_first():
         "15": "RUNNING",
         "16": "CANCELLED by 0",
         "17": "",
+        "18": "RUNNING",
     }
 
 

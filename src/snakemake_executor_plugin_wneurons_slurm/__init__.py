@@ -19,7 +19,9 @@ the model loads they paid; ``perf/model_loads.py`` reads those lines.
 from __future__ import annotations
 
 import getpass
+import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -77,10 +79,19 @@ def members_of(job: JobExecutorInterface) -> list[JobExecutorInterface]:
     return list(job.jobs) if job.is_group() else [job]
 
 
+def member_finished(member: JobExecutorInterface, manifest: Path) -> bool:
+    """Whether the allocation's ledger records ``member`` as finished (and its kept outputs still exist)."""
+    _, outputs, temporary = member_entry(member)
+    return ledger.finished(outputs, manifest, temporary)
+
+
+def unfinished_members(job: JobExecutorInterface, manifest: Path) -> list[JobExecutorInterface]:
+    return [m for m in members_of(job) if not member_finished(m, manifest)]
+
+
 def unfinished(job: JobExecutorInterface, manifest: Path) -> list[tuple[str, list[str], list[str]]]:
     """The manifest entries (:func:`member_entry`) of the members of ``job`` without a record in the ledger."""
-    entries = map(member_entry, members_of(job))
-    return [(t, outputs, tmp) for t, outputs, tmp in entries if not ledger.finished(outputs, manifest, tmp)]
+    return [member_entry(m) for m in unfinished_members(job, manifest)]
 
 
 def remove_outputs(entries: list[tuple[str, list[str], list[str]]], log, jobid) -> list[str]:
@@ -144,11 +155,19 @@ def wait_until_gone(jobid: str, timeout: float = GONE_TIMEOUT_S, poll: float = 1
         time.sleep(poll)
 
 
-def _without_secrets(get_submit_command):
-    """The slurm plugin's sbatch command builder, with the command run under ``env -u`` of every secret."""
+# Snakemake job id -> walltime (minutes) its next submission asks instead of its planned one: set after a TIMEOUT
+# from the progress its ledger measured (Executor.timed_out).
+WALLTIME = {}
 
-    def build(*args, **kwargs) -> str:
-        call = get_submit_command(*args, **kwargs)
+
+def _without_secrets(get_submit_command):
+    """The slurm plugin's sbatch command builder, with the command run under ``env -u`` of every secret, and the
+    walltime of a job that timed out replaced by the one :data:`WALLTIME` holds for it."""
+
+    def build(job, *args, **kwargs) -> str:
+        call = get_submit_command(job, *args, **kwargs)
+        if job.jobid in WALLTIME:
+            call = re.sub(r"(?<= )-t '?\d+'?(?= )", f"-t {WALLTIME[job.jobid]}", call, count=1)
         unset = " ".join(f"-u {v}" for v in SECRET_VARIABLES)
         return f"env {unset} {call}" if call.startswith("sbatch ") else call
 
@@ -156,16 +175,21 @@ def _without_secrets(get_submit_command):
     return build
 
 
+# The states Executor.site_event always handles itself (the plugin must never act on them).
+HANDLED_FIRST = (*slurm_site.RESUBMIT_STATES, "TIMEOUT")
+
+
 def _site_events_left_to_executor(query_job_status):
     """The slurm plugin's status query with the states :meth:`Executor.check_active_jobs` handles before the plugin
-    (preemption, node and boot failures) reported as still running. The plugin would treat PREEMPTED as running
-    forever (with PreemptMode=CANCEL it never changes again) and NODE_FAIL as a failure that spends a retry; a state
-    that turns between this executor's own query and the plugin's is handled at the next check."""
+    (preemption, node and boot failures, time limits: :data:`HANDLED_FIRST`) reported as still running. The plugin
+    would treat PREEMPTED as running forever (with PreemptMode=CANCEL it never changes again) and NODE_FAIL or
+    TIMEOUT as a failure that spends a retry; a state that turns between this executor's own query and the plugin's
+    is handled at the next check."""
 
     async def query(command: str, logger):
         statuses, duration = await query_job_status(command, logger)
         for jobid, state in (statuses or {}).items():
-            if state.split()[0] in slurm_site.RESUBMIT_STATES if state else False:
+            if state and state.split()[0] in HANDLED_FIRST:
                 statuses[jobid] = "RUNNING"
         return statuses, duration
 
@@ -211,6 +235,8 @@ class Executor(SlurmExecutor):
         self._ours: set[str] = set()  # job ids this executor cancelled itself
         self._resubmitted: dict[int, int] = {}  # Snakemake job id -> resubmissions spent on site events
         self._for_good: set[int] = set()  # Snakemake job ids ended without a retry (handle_job_error)
+        self._left_at_submit: dict[int, list] = {}  # Snakemake job id -> its members unfinished at its submission
+        self._idle_timeouts: dict[int, int] = {}  # Snakemake job id -> TIMEOUTs that finished no member
         # The plan was made without the site's limits (`site_limits: slurm`, but SLURM did not answer when the DAG
         # was built): submitting it could ask what the site refuses or never starts.
         if slurm_site.READ_ERROR and not test_mode:
@@ -220,6 +246,16 @@ class Executor(SlurmExecutor):
         # they were before those allocations end, so waiting here would not help: stop, in one line.
         workdir = os.path.realpath(self.workflow.workdir_init)
         running = [] if test_mode else earlier_allocations(workdir)
+        # Those still PENDING never started (the profile submits --no-requeue): nothing of theirs runs, so they are
+        # cancelled, and this run submits their members again. Only running ones stop the restart.
+        pending = [a for a in running if a.split(" ", 1)[1].startswith("(PENDING,")]
+        if pending:
+            subprocess.run(["scancel", *(a.split()[0] for a in pending)], capture_output=True, timeout=60)
+            self.logger.warning(
+                f"wneurons-slurm: cancelled {len(pending)} PENDING allocation(s) of an earlier run of {workdir} "
+                f"(never started; this run submits their members): {'; '.join(pending[:5])}"
+            )
+            running = [a for a in running if a not in pending]
         if running:
             raise WorkflowError(
                 f"wneurons-slurm: {len(running)} allocation(s) of an earlier run of {workdir} may still run: "
@@ -250,6 +286,9 @@ class Executor(SlurmExecutor):
         state, reason = states[jobid]
         if state == "PENDING" and slurm_site.never_starts(reason):
             self.end_for_good(job_info, self.request_line(job_info, f"SLURM holds it PENDING ({reason})"), cancel=True)
+            return True
+        if state == "TIMEOUT":
+            self.timed_out(job_info)
             return True
         kind = slurm_site.classify_state(state, cancelled_by_us=jobid in self._ours)
         if kind == slurm_site.RESUBMIT:
@@ -336,6 +375,44 @@ class Executor(SlurmExecutor):
         remove_outputs(left, self.logger, job.jobid)
         self.run_job(job)
 
+    def timed_out(self, job_info) -> None:
+        """The allocation hit its walltime: its estimate was too short. It is resubmitted without spending a retry,
+        asking for its unfinished members' planned minutes scaled by what this attempt measured (its walltime over
+        the planned minutes of the members it finished, x 1.25), at most the site's limit; an attempt that finished
+        nothing doubles the walltime, and a second one stops in one line naming the estimate's keys."""
+        job, jobid = job_info.job, str(job_info.external_jobid)
+        wait_until_gone(jobid)
+        left = unfinished_members(job, self.manifest_of(job))
+        before = self._left_at_submit.get(job.jobid, members_of(job))
+        done = [m for m in before if m not in left]
+        asked = WALLTIME.get(job.jobid) or self.asked(job)[0]
+        planned_done = sum(int(m.resources.get("runtime", 0) or 0) for m in done)
+        planned_left = sum(int(m.resources.get("runtime", 0) or 0) for m in left)
+        cap = slurm_site.MAX_RUNTIME
+        if not done:
+            self._idle_timeouts[job.jobid] = self._idle_timeouts.get(job.jobid, 0) + 1
+            if self._idle_timeouts[job.jobid] >= 2:
+                self.end_for_good(
+                    job_info,
+                    f"wneurons-slurm: allocation {job.name} (SLURM job {jobid}) timed out twice without finishing "
+                    f"a member (last asked {asked} min): its jobs run far slower than planned. Lower the site file's "
+                    "`tflops` (the throughput the plan assumes) or raise its `margin`, then start again",
+                )
+                return
+            new = 2 * asked
+        else:
+            new = math.ceil(planned_left * asked / max(planned_done, 1) * 1.25)
+        new = max(1, min(new, cap) if cap else new)
+        WALLTIME[job.jobid] = new
+        entries = [member_entry(m) for m in left]
+        self.logger.warning(
+            f"wneurons-slurm: allocation {job.name} (SLURM job {jobid}) TIMEOUT after {asked} min: {len(done)} "
+            f"members finished in it (planned {planned_done} min), {len(left)} left (planned {planned_left} min); "
+            f"resubmitted with walltime {asked} -> {new} min (retries untouched{', site limit' if new == cap else ''})"
+        )
+        remove_outputs(entries, self.logger, job.jobid)
+        self.run_job(job)
+
     def _report_job_error_threadsafe(self, job_info, msg: str) -> None:
         """An sbatch refusal (the slurm plugin reports it here, from the submitting thread): a transient one is tried
         again with back-off without spending a retry; a limit is ended for good with one line naming the request,
@@ -395,6 +472,7 @@ class Executor(SlurmExecutor):
         Writes the allocation's manifest (:mod:`wneurons.jobs.ledger`), which the allocation reads to skip members
         an earlier attempt finished."""
         ledger.write_manifest(self.manifest_of(job), [member_entry(m) for m in members_of(job)])
+        self._left_at_submit[job.jobid] = unfinished_members(job, self.manifest_of(job))
         args = super().get_job_args(job, **kwargs)
         extra = [
             # The allocation's CPUs (sbatch --cpus-per-task = the job's threads), not the node's: a later --cores

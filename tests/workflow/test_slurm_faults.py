@@ -135,6 +135,7 @@ def test_member_failing_once_is_retried_alone_in_allocations_that_fit_the_site(p
 
 
 def test_allocation_killed_by_its_time_limit(project, reference):
+    """Its time limit cut to 1 minute once 3 members finished: TIMEOUT, and the unfinished members resubmitted."""
     proc = start(project, delay=12)  # the first allocation's 8 jobs take over 90 s
     wait_for(finished_in_running_allocation(project, 3), "3 jobs finished in a running allocation", proc=proc)
     jobid = running_allocation(project, MODEL, REVISION)
@@ -144,7 +145,10 @@ def test_allocation_killed_by_its_time_limit(project, reference):
     stop_delays(project)
     rc, out = finish(proc)
     assert rc == 0, out[-4000:]
-    assert "TIMEOUT" in out
+    # Resubmitted without a retry, asking the walltime the finished members measured (they took the whole minute).
+    grown = re.search(rf"\(SLURM job {jobid}\) TIMEOUT after (\d+) min: .* walltime \d+ -> (\d+) min", out)
+    assert grown, out[-4000:]
+    assert "Trying to restart job" not in out
     assert_complete_and_once(project, reference, out)
 
 

@@ -180,15 +180,17 @@ def runtime_source(site_limits: str, given: set[str], limits: SiteLimits | None)
 
 # Why the last :func:`site_from_slurm` of this process could not read the site (None: it could, or never tried).
 READ_ERROR: str | None = None
-# What it read (the executor names these limits when an allocation cannot start).
+# What it read (the executor names these limits when an allocation cannot start), and the walltime limit the plan
+# used (the site file's or SLURM's): a TIMEOUT's resubmission never asks more.
 LIMITS: SiteLimits | None = None
+MAX_RUNTIME: int | None = None
 
 
 def site_from_slurm(site, site_file: str | None, run: Run = _run) -> tuple[object, list[str]]:
     """``site`` with the limits SLURM states for its GPU partition and QOS (:func:`with_limits`) and the lines to
     print. Where SLURM cannot be asked, ``site`` unchanged, a line that says so, and :data:`READ_ERROR` set: a dry run
     still plans (with the site file or the defaults), the executor refuses to submit."""
-    global READ_ERROR, LIMITS
+    global READ_ERROR, LIMITS, MAX_RUNTIME
     try:
         LIMITS = read_limits(site.gpu_partition, site.gpu_qos, run)
     except SiteQueryError as err:
@@ -196,7 +198,9 @@ def site_from_slurm(site, site_file: str | None, run: Run = _run) -> tuple[objec
         where = site_file or "the defaults"
         return site, [f"{READ_ERROR}; planned with {where} ({site.max_runtime} min per allocation) instead"]
     READ_ERROR = None
-    return with_limits(site, given_keys(site_file), LIMITS, site_file)
+    site, notes = with_limits(site, given_keys(site_file), LIMITS, site_file)
+    MAX_RUNTIME = site.max_runtime
+    return site, notes
 
 
 # ---------------------------------------------------------------- what SLURM's answers mean

@@ -247,7 +247,9 @@ def job_devices(
 ) -> list[str]:
     """The devices the model-running jobs of one process take turns on, one job per device at a time:
 
-    - ``WNEURONS_DEVICE=cpu``: the CPU, even in a GPU allocation (the only way to run a GPU job on the CPU);
+    - ``WNEURONS_DEVICE=cpu``: the CPU, also in a GPU allocation whose CUDA cannot be used (CI's stand-in GPUs);
+      refused where a GPU was given and CUDA works: sbatch ``--export=ALL`` carries a value left in the login shell
+      into every allocation, which would silently run the grid on CPUs and time out;
     - ``WNEURONS_DEVICE=cuda`` / ``cuda:i`` (or another torch device): that device, every visible GPU for ``cuda``;
     - otherwise every visible GPU ``cuda:0`` .. ``cuda:N-1`` when CUDA is usable, else the CPU.
 
@@ -255,6 +257,12 @@ def job_devices(
     given (:func:`gpu_allocation`) and CUDA cannot be used."""
     requested = (env.get("WNEURONS_DEVICE") or "").strip()
     if requested == "cpu":
+        given = gpu_allocation(env)
+        if given and cuda_available and device_count > 0:
+            raise DeviceUnavailableError(
+                f"WNEURONS_DEVICE=cpu, but this job was given a GPU ({given}) that CUDA can use: it would run on "
+                "the CPU; unset WNEURONS_DEVICE (sbatch --export=ALL carries your shell's value into the job)"
+            )
         return ["cpu"]
     all_gpus = [f"cuda:{i}" for i in range(device_count)]
     wants_cuda = requested.split(":")[0] == "cuda"

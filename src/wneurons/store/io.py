@@ -60,10 +60,23 @@ def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     tmp_path = _new_temporary(path.parent, f".{path.name}.", suffix + ".tmp")
     try:
         yield tmp_path
+        _fsync(tmp_path)
         os.replace(tmp_path, path)
+        _fsync(path.parent)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's data (before its rename) or a directory's entries (after it) to the disk: on a node that
+    crashes after the rename, a file that looks finished would otherwise be empty or missing (a shared file
+    system's client may hold both in its cache)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def replace_directory(source: str | os.PathLike, path: str | os.PathLike) -> None:
