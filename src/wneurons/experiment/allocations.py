@@ -11,8 +11,10 @@ and not one worker.
 
 A job's runtime and memory come from its work, not from a flat per-model guess: tokens it runs through the model
 x parameters x 2 FLOP at the throughput of its precision (:data:`SUSTAINED_TFLOPS`, stated assumptions, or the
-site's own ``tflops``), times a safety margin, plus the load of its model. Snakemake sums the runtimes of a group's
-members that cannot run side by side (one GPU), so the packing bound is also the walltime the allocation asks.
+site's own ``tflops``). An allocation asks its members' estimates, the safety margin once (on its largest member)
+and its model's load once, rounded up once (:func:`pack`); its capability-suite jobs pack apart, last. Snakemake sums
+the runtimes of a group's members that cannot run side by side (one GPU), so the ask is spread over the members and
+the packing bound is also the walltime the allocation asks.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from wneurons.experiment import targets
+from wneurons.experiment import paths, targets
 from wneurons.experiment.grid import (
     CAPABILITY,
     WIKITEXT2_TEST_TOKENS,
@@ -32,14 +34,27 @@ from wneurons.experiment.grid import (
     precision_name,
     shard_bytes,
 )
+from wneurons.store import lmeval_tasks
 
 # ---------------------------------------------------------------- work: tokens a job runs through the model
 # Full data sets; the config's caps apply where set.
 BLIMP_PARADIGMS, BLIMP_PAIRS_PER_PARADIGM, BLIMP_TOKENS_PER_SENTENCE = 67, 1000, 12  # SmolLM2's tokenizer: 11.6
 TSE_ITEMS, TSE_SENTENCES, TSE_SUBTASKS, TSE_TOKENS_PER_SENTENCE = 163_124, 337_072, 22, 12  # EMNLP2018 (MANIFEST)
 WIKITEXT2_VALID_TOKENS = 245_000
-# The capability suite (lm-eval): tokens per document (4 choices of ~150 tokens for multiple choice; a stated
-# bound) and the documents of a task without a limit.
+# The capability suite (lm-eval): tokens one document runs through the model, by task (lm-eval scores every choice
+# of a multiple-choice document with its context). Stated estimates of typical lengths, not counts (the 2026-12-04
+# cluster review, N5): ARC-Easy ~4 x 40, PIQA 2 x 55, HellaSwag 4 x 120, WinoGrande 2 x 28, LAMBADA ~80; the
+# WikiText-2 tasks a context of at most 64 words (~90 tokens), 4 choices of it for the cloze. A task not listed
+# costs the bound CAPABILITY_TOKENS_PER_DOC, and CAPABILITY_DOCS_PER_TASK documents when neither staged nor stated.
+CAPABILITY_TOKENS_PER_TASK_DOC = {
+    "arc_easy": 160,
+    "piqa": 110,
+    "hellaswag": 480,
+    "winogrande": 56,
+    "lambada_openai": 80,
+    lmeval_tasks.CLOZE_TASK: 360,
+    lmeval_tasks.LASTWORD_TASK: 90,
+}
 CAPABILITY_TOKENS_PER_DOC, CAPABILITY_DOCS_PER_TASK = 600, 10_000
 
 # Members that use no GPU: they run beside the GPU jobs of their allocation.
@@ -59,19 +74,38 @@ def tse_tokens(evaluation: dict) -> float:
     return sentences * TSE_TOKENS_PER_SENTENCE
 
 
-def capability_tokens(evaluation: dict) -> float:
-    capability = evaluation["capability"]
+def capability_docs(capability: dict, root: str | Path = ".") -> tuple[dict[str, int], str]:
+    """Documents each task of the suite (``evaluation.capability``) scores, its limit where the config sets one, and
+    where the counts come from: the suite staged under ``root`` (paths.capability_tasks), else the stated counts
+    (lmeval_tasks.STATED_EVAL_DOCS), else the bound CAPABILITY_DOCS_PER_TASK."""
+    tasks_dir = Path(root) / paths.capability_tasks(capability["source"])
+    staged = lmeval_tasks.staged_eval_docs(tasks_dir) or {}
     limits = capability.get("limits") or {}
-    docs = sum(limits.get(t) or CAPABILITY_DOCS_PER_TASK for t in capability.get("tasks") or [])
-    return docs * CAPABILITY_TOKENS_PER_DOC
+    docs, sources = {}, set()
+    for task in capability.get("tasks") or []:
+        if task in staged:
+            n, source = staged[task], f"staged ({tasks_dir})"
+        elif task in lmeval_tasks.STATED_EVAL_DOCS:
+            n, source = lmeval_tasks.STATED_EVAL_DOCS[task], "stated (lmeval_tasks.STATED_EVAL_DOCS)"
+        else:
+            n, source = CAPABILITY_DOCS_PER_TASK, f"the bound of {CAPABILITY_DOCS_PER_TASK:,} documents"
+        docs[task] = min(n, limits.get(task) or n)
+        sources.add(source)
+    return docs, " + ".join(sorted(sources)) or "no tasks"
+
+
+def capability_tokens(evaluation: dict, root: str | Path = ".") -> float:
+    docs, _ = capability_docs(evaluation["capability"], root)
+    return sum(n * CAPABILITY_TOKENS_PER_TASK_DOC.get(t, CAPABILITY_TOKENS_PER_DOC) for t, n in docs.items())
 
 
 def perplexity_tokens(evaluation: dict) -> float:
     return evaluation.get("perplexity_max_tokens") or WIKITEXT2_VALID_TOKENS
 
 
-def tokens_of(config: dict, rule: str, wildcards: dict) -> float:
-    """Tokens one job of ``rule`` runs through its model (0 for jobs that run none)."""
+def tokens_of(config: dict, rule: str, wildcards: dict, root: str | Path = ".") -> float:
+    """Tokens one job of ``rule`` runs through its model (0 for jobs that run none); ``root``: where the capability
+    suite is staged (the workflow's working directory)."""
     evaluation = config["evaluation"]
     if rule in ("collect_activations", "sign_cases"):  # the sign cases: the same windows again (at most)
         return config["neurons"]["max_tokens"] or WIKITEXT2_TEST_TOKENS
@@ -79,8 +113,10 @@ def tokens_of(config: dict, rule: str, wildcards: dict) -> float:
         return config["pairs"]["max_tokens"] or WIKITEXT2_VALID_TOKENS
     if rule == "matched_search":
         return perplexity_tokens(evaluation) * config["ablation"]["matched"]["max_steps"]
-    per_benchmark = {"blimp": blimp_tokens, "tse": tse_tokens, "ppl": perplexity_tokens, CAPABILITY: capability_tokens}
     benchmark = wildcards.get("benchmark")
+    if benchmark == CAPABILITY:
+        return capability_tokens(evaluation, root)
+    per_benchmark = {"blimp": blimp_tokens, "tse": tse_tokens, "ppl": perplexity_tokens}
     return per_benchmark[benchmark](evaluation) if benchmark in per_benchmark else 0.0
 
 
@@ -185,7 +221,13 @@ def load_minutes(params_b: float, precision: str) -> float:
 
 
 def job_minutes(config: dict, site: Site, rule: str, wildcards: dict) -> float:
-    """Walltime minutes one job of ``rule`` may need once its model is loaded: margin x its compute."""
+    """Walltime minutes one job of ``rule`` may need alone once its model is loaded: margin x its compute."""
+    return site.margin * job_estimate_minutes(config, site, rule, wildcards)
+
+
+def job_estimate_minutes(config: dict, site: Site, rule: str, wildcards: dict, root: str | Path = ".") -> float:
+    """Minutes of compute (or reading) one job of ``rule`` needs once its model is loaded, at the stated rates and
+    without margin; ``root``: where the capability suite is staged (:func:`capability_docs`)."""
     model = config["models"][wildcards["model"]]
     params_b = model["params_b"]
     if rule == "neuron_stats":
@@ -195,8 +237,8 @@ def job_minutes(config: dict, site: Site, rule: str, wildcards: dict) -> float:
         seconds = params_b * 1e9 * 2 / WEIGHT_READ_BYTES_PER_S  # worst case: every weight file read (.bin shards)
     else:
         tflops = site.tflops or SUSTAINED_TFLOPS[precision_of(config, rule)]
-        seconds = 2 * params_b * 1e9 * tokens_of(config, rule, wildcards) / (tflops * 1e12)
-    return site.margin * seconds / 60
+        seconds = 2 * params_b * 1e9 * tokens_of(config, rule, wildcards, root) / (tflops * 1e12)
+    return seconds / 60
 
 
 def allocation_load_minutes(config: dict, model: str) -> float:
@@ -252,7 +294,8 @@ def checkpoint_jobs(config: dict, model: str, revision: str) -> list[tuple[str, 
     """Every job of the allocated rules at one checkpoint, in packing order: collection and statistics (and for the
     explorer's checkpoint of a gated model its sign cases), the weight
     rows and pair sample (which read nothing of the others), clean scores, the ablations that need no search, the
-    matched searches (which read the clean and the wasserstein perplexity), then the matched ablations."""
+    matched searches (which read the clean and the wasserstein perplexity), then the matched ablations; the
+    capability suite's jobs last (:func:`is_capability`: nothing allocated reads them, and they pack apart)."""
     spec = config["models"][model]
     base = {"model": model, "revision": revision}
     scored = revision in (spec["final_revision"], *spec["checkpoints"])  # collected and scored; else weight rows only
@@ -280,7 +323,16 @@ def checkpoint_jobs(config: dict, model: str, revision: str) -> list[tuple[str, 
     matched = conditions_for(config, model, revision) if scored else []
     searches = dict.fromkeys((c.scope, c.percent) for c in matched if c.selector == "matched")
     jobs += [("matched_search", base | {"scope": s, "percent": p}) for s, p in searches]
-    return jobs + ablations(matched=True)
+    jobs += ablations(matched=True)
+    return [j for j in jobs if not is_capability(*j)] + [j for j in jobs if is_capability(*j)]
+
+
+def is_capability(rule: str, wildcards: dict) -> bool:
+    """Whether a job scores the capability suite: the most fragile (a hub-staged suite, lm-eval) and, at the stated
+    sizes, a large share of the compute. Its jobs pack into allocations of their own (:meth:`Planner.plan`), so a
+    failing one never holds back the collection, statistics or ablations of its checkpoint (Snakemake runs a group's
+    consumers only once every member has succeeded)."""
+    return wildcards.get("benchmark") == CAPABILITY
 
 
 def _pair_sampled(config: dict, model: str, revision: str) -> bool:
@@ -295,20 +347,49 @@ def _pair_sampled(config: dict, model: str, revision: str) -> bool:
     return sampled or (model in targets.pair_models(config) and revision in targets.revisions(config, model))
 
 
-def pack(minutes: list[float], load: float, limit: int) -> tuple[list[int], list[int]]:
-    """Allocation index and requested minutes of each job, in order: an allocation takes jobs while the sum of their
-    whole minutes (Snakemake asks the sum of its members' runtimes) stays within ``limit``; its first job carries
-    the allocation's ``load`` (every job at least a minute, SLURM's unit)."""
-    index, used, indices, requested = 0, 0, [], []
-    for m in minutes:
-        alone = math.ceil(m + load)
-        if used and used + max(1, math.ceil(m)) > limit:
-            index, used = index + 1, 0
-        ask = alone if used == 0 else max(1, math.ceil(m))
-        used += ask
-        indices.append(index)
-        requested.append(ask)
+def pack(
+    estimates: list[float], load: float, limit: int, margin: float, apart: list[bool] | None = None
+) -> tuple[list[int], list[int]]:
+    """Allocation index and requested whole minutes of each job, in order, from their ``estimates`` (minutes, no
+    margin). An allocation asks its estimates' sum, the margin once (``(margin - 1)`` x its largest estimate: one
+    member may take ``margin`` x its estimate), and ``load`` once (:func:`allocation_ask`); it takes jobs while that
+    ask stays within ``limit``. A job whose ``apart`` differs from the previous one's starts a new allocation.
+    Snakemake asks the sum of the members' runtimes, so the ask is spread over them (:func:`spread`)."""
+    apart = apart or [False] * len(estimates)
+    indices, groups = [], [[]]
+    for k, (e, a) in enumerate(zip(estimates, apart, strict=True)):
+        group = groups[-1]
+        if group and (a != apart[k - 1] or allocation_ask([*(estimates[i] for i in group), e], load, margin) > limit):
+            groups.append(group := [])
+        group.append(k)
+        indices.append(len(groups) - 1)
+    requested = [0] * len(estimates)
+    for group in groups:
+        members = [estimates[i] for i in group]
+        for i, ask in zip(group, spread(members, load, allocation_ask(members, load, margin)), strict=True):
+            requested[i] = ask
     return indices, requested
+
+
+def allocation_ask(estimates: list[float], load: float, margin: float) -> int:
+    """Whole minutes an allocation of jobs with these ``estimates`` asks: their sum, ``(margin - 1)`` x the largest
+    and the ``load``, rounded up once (at least a minute, SLURM's unit)."""
+    return max(math.ceil(sum(estimates) + (margin - 1) * max(estimates) + load), 1)
+
+
+def spread(estimates: list[float], load: float, total: int) -> list[int]:
+    """``total`` whole minutes split over the members: in proportion to their estimates (margin included), the
+    first also carrying the ``load``; the minutes left by rounding down go to the largest fractions, so the members
+    ask exactly ``total`` and none pays a rounding of its own (a member of seconds may ask 0 minutes: the
+    allocation's minutes are what SLURM sees). The first member asks at least a minute."""
+    scale = (total - load) / sum(estimates) if sum(estimates) > 0 else 0.0
+    shares = [e * scale + (load if i == 0 else 0.0) for i, e in enumerate(estimates)]
+    asks = [math.floor(s) for s in shares]
+    asks[0] = max(asks[0], 1)
+    by_fraction = sorted(range(len(asks)), key=lambda i: asks[i] - shares[i])
+    for k in range(max(total - sum(asks), 0)):
+        asks[by_fraction[k % len(asks)]] += 1
+    return asks
 
 
 class AllocationTooLong(ValueError):
@@ -319,10 +400,14 @@ class Planner:
     """The allocations of a run's checkpoints under one site, computed once per checkpoint (the group and runtime
     functions of every allocated rule ask it for each job of the DAG)."""
 
-    def __init__(self, config: dict, site: Site, runtime_source: str = "site file, max_runtime") -> None:
-        """``runtime_source``: where ``site.max_runtime`` comes from, for the error that names it."""
-        self.config, self.site, self.runtime_source = config, site, runtime_source
+    def __init__(
+        self, config: dict, site: Site, runtime_source: str = "site file, max_runtime", root: str | Path = "."
+    ) -> None:
+        """``runtime_source``: where ``site.max_runtime`` comes from, for the error that names it; ``root``: the
+        workflow's working directory (where the capability suite is staged)."""
+        self.config, self.site, self.runtime_source, self.root = config, site, runtime_source, root
         self._plans: dict[tuple[str, str], dict[JobKey, tuple[int, int]]] = {}
+        self._members: dict[tuple[str, str], list[tuple[int, int, float]]] = {}  # (allocation, asked, estimate)
 
     def plan(self, model: str, revision: str) -> dict[JobKey, tuple[int, int]]:
         """{job: (allocation index, requested minutes)} of one checkpoint. A job longer than the site's limit is an
@@ -330,19 +415,38 @@ class Planner:
         if (model, revision) not in self._plans:
             jobs = checkpoint_jobs(self.config, model, revision)
             load = allocation_load_minutes(self.config, model)
-            minutes = [job_minutes(self.config, self.site, rule, w) for rule, w in jobs]
-            for (rule, w), m in zip(jobs, minutes, strict=True):
-                if math.ceil(m + load) > self.site.max_runtime:
+            estimates = [job_estimate_minutes(self.config, self.site, r, w, self.root) for r, w in jobs]
+            for (rule, w), e in zip(jobs, estimates, strict=True):
+                alone = allocation_ask([e], load, self.site.margin)
+                if alone > self.site.max_runtime:
                     raise AllocationTooLong(
-                        f"{rule} {'/'.join(str(v) for v in w.values())} needs {math.ceil(m + load)} minutes, more "
+                        f"{rule} {'/'.join(str(v) for v in w.values())} needs {alone} minutes, more "
                         f"than the site's max_runtime {self.site.max_runtime} ({self.runtime_source}): raise it, or "
                         "cap the job's data (evaluation.*_per_*, perplexity_max_tokens, neurons.max_tokens)"
                     )
-            indices, requested = pack(minutes, load, self.site.max_runtime)
+            apart = [is_capability(r, w) for r, w in jobs]
+            indices, requested = pack(estimates, load, self.site.max_runtime, self.site.margin, apart)
             self._plans[model, revision] = {
                 job_key(r, w): (i, ask) for (r, w), i, ask in zip(jobs, indices, requested, strict=True)
             }
+            self._members[model, revision] = list(zip(indices, requested, estimates, strict=True))
         return self._plans[model, revision]
+
+    def allocation_minutes(self, model: str, revision: str) -> list[tuple[int, float]]:
+        """(requested, expected) minutes of each allocation of one checkpoint: what it asks, and the planner's own
+        estimate of its members' compute plus its model's load, without the margin."""
+        self.plan(model, revision)
+        members = self._members[model, revision]
+        asked = [0] * (1 + max((i for i, _, _ in members), default=-1))
+        expected = [allocation_load_minutes(self.config, model)] * len(asked)
+        for i, ask, estimate in members:
+            asked[i] += ask
+            expected[i] += estimate
+        return list(zip(asked, expected, strict=True))
+
+    def capability_sizes(self) -> str:
+        """Where the capability suite's document counts come from (:func:`capability_docs`)."""
+        return capability_docs(self.config["evaluation"]["capability"], self.root)[1]
 
     def _planned(self, rule: str, wildcards: dict) -> tuple[int, int] | None:
         return self.plan(wildcards["model"], wildcards["revision"]).get(job_key(rule, wildcards))

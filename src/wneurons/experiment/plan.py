@@ -15,7 +15,15 @@ from typing import NamedTuple
 
 import yaml
 
-from wneurons.experiment.allocations import CPU_MEMBERS, Site, site_path, tokens_of
+from wneurons.experiment.allocations import (
+    CPU_MEMBERS,
+    Site,
+    allocation_load_minutes,
+    capability_docs,
+    job_estimate_minutes,
+    site_path,
+    tokens_of,
+)
 from wneurons.experiment.config import validate_config
 from wneurons.experiment.grid import WIKITEXT2_TEST_TOKENS, collected_layers, neurons_per_layer_of, shard_bytes
 from wneurons.experiment.rule_files import rules_with
@@ -133,6 +141,29 @@ def print_grid(args: argparse.Namespace, root: Path) -> None:
     row = f"{'total':<16}{sum(loads.values()):>9,}{len(group_jobs):>12,}{total:>11.1f}"
     print(row + f"{sum(per_job.values()):>24.1f}{total_alloc:>18.2f}{total_once:>23.2f}")
     print_allocations(config, requests, root)
+    print_requests_against_use(config, parsed, requests, root)
+
+
+def print_requests_against_use(config: dict, jobs: list[Job], requests: dict[str, tuple[int, int]], root: Path) -> None:
+    """Print the GPU-hours the allocations ask (their members' runtimes) against those the planner expects them to
+    use (its members' estimates at the site's rates, without the margin, plus one model load per allocation), and
+    where the capability suite's sizes come from."""
+    site = Site.from_file(site_path(config["site"], root))
+    expected = defaultdict(float)
+    for job in jobs:
+        if job.group in requests:
+            expected[job.group] += job_estimate_minutes(config, site, job.rule, job.wildcards, root)
+    for group in requests:
+        expected[group] += allocation_load_minutes(config, model_of_group(group, config["models"]))
+    asked_h, expected_h = sum(m for m, _ in requests.values()) / 60, sum(expected.values()) / 60
+    ratio = asked_h / expected_h if expected_h else float("nan")
+    print(
+        f"\nRequested / expected GPU-hours of the allocations: {asked_h:,.0f} / {expected_h:,.0f} = {ratio:.2f} "
+        f"(expected: the planner's estimates at the site's rates, no margin, one load per allocation; margin "
+        f"{site.margin:g} once per allocation)"
+    )
+    _, source = capability_docs(config["evaluation"]["capability"], root)
+    print(f"capability suite's documents: {source}")
 
 
 def site_of(config: dict, profiles: list[str], site: str | None, root: Path) -> str | None:

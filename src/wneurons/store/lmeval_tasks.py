@@ -72,6 +72,34 @@ HUB_SUITE: dict[str, str] = {
     "lambada_openai": "EleutherAI/lambada_openai (default), loglikelihood, test split (5,153 passages)",
 }
 
+# Documents of each task's evaluation split where the suite is not staged (yet): the hub tasks' as HUB_SUITE states
+# them (the datasets' cards: ARC-Easy test, PIQA/HellaSwag/WinoGrande validation, LAMBADA test), the WikiText-2
+# tasks' as config/demo.yaml states them (the items write_wikitext_tasks builds from the validation split).
+STATED_EVAL_DOCS: dict[str, int] = {
+    "arc_easy": 2_376,
+    "piqa": 1_838,
+    "hellaswag": 10_042,
+    "winogrande": 1_267,
+    "lambada_openai": 5_153,
+    CLOZE_TASK: 6_381,
+    LASTWORD_TASK: 6_381,
+}
+
+
+def staged_eval_docs(tasks_dir: str | os.PathLike) -> dict[str, int] | None:
+    """Documents per task of a staged suite in ``tasks_dir`` (paths.capability_tasks): the hub tasks' evaluation
+    splits from :data:`STAGED_FILE` (:func:`stage_hub_tasks`), or the WikiText-2 tasks' items from ``SOURCE.json``
+    (:func:`write_wikitext_tasks`); None when neither is there (not staged)."""
+    staged, source = Path(tasks_dir) / STAGED_FILE, Path(tasks_dir) / SOURCE_FILE
+    if staged.exists():
+        return {name: int(t["n_eval_docs"]) for name, t in json.loads(staged.read_text())["tasks"].items()}
+    if source.exists():
+        record = json.loads(source.read_text())
+        if "n_items" in record:
+            return dict.fromkeys(record.get("tasks") or WIKITEXT_TASKS, int(record["n_items"]))
+    return None
+
+
 _SENTENCE_END = re.compile(r" ([A-Za-z]+) \.(?= |$)")
 
 

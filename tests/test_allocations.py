@@ -1,0 +1,116 @@
+"""The planner's asks against its own estimates (one margin and one load per allocation, no rounding per job), the
+capability suite's sizes, and the capability jobs packed apart (experiment/allocations.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wneurons.experiment import allocations, paths
+from wneurons.experiment.allocations import Planner, Site, allocation_ask, checkpoint_jobs, is_capability, job_key, pack
+from wneurons.experiment.config import validate_config
+from wneurons.store import lmeval_tasks
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+
+
+def config_of(name: str) -> dict:
+    return validate_config(yaml.safe_load((REPO / "config" / name).read_text()), SCHEMA)
+
+
+def checkpoints(config: dict) -> list[tuple[str, str]]:
+    return [
+        (model, revision)
+        for model, spec in config["models"].items()
+        for revision in sorted({spec["final_revision"], *spec["checkpoints"], *spec["weight_checkpoints"]})
+    ]
+
+
+def test_pack_asks_one_margin_one_load_and_no_rounding_per_job():
+    """A synthetic checkpoint of many jobs of seconds to hours: every allocation within the limit, its members ask
+    exactly its ask (the sum, the largest once more, the load, rounded up once), and nothing is lost to rounding."""
+    rng = random.Random(0)
+    estimates = [rng.choice([0.02, 0.3, 4.0, 40.0]) * rng.random() for _ in range(400)]
+    apart = [k >= 300 for k in range(400)]
+    load, limit, margin = 3.5, 240, 2.0
+    indices, asked = pack(estimates, load, limit, margin, apart)
+    allocations_ = sorted(set(indices))
+    assert allocations_ == list(range(len(allocations_))) and indices == sorted(indices)
+    for k in allocations_:
+        members = [e for e, i in zip(estimates, indices, strict=True) if i == k]
+        total = sum(a for a, i in zip(asked, indices, strict=True) if i == k)
+        assert total == allocation_ask(members, load, margin) <= limit
+        assert total < sum(members) + (margin - 1) * max(members) + load + 1
+    assert indices[299] < indices[300]  # a change of `apart` starts a new allocation
+
+
+@pytest.mark.parametrize("limit", [240, 1440])
+def test_the_grid_asks_at_most_one_and_a_half_times_what_the_planner_expects(limit):
+    """Requested / expected GPU-hours of the paper grid (expected: the estimates without margin plus one load per
+    allocation), on the default site and one of 4 h; checkpoints with a job longer than 4 h are refused (N6)."""
+    config = config_of("config.yaml")
+    planner = Planner(config, Site(max_runtime=limit), root=REPO / "tests")  # no staged suite there
+    asked = expected = 0.0
+    for model, revision in checkpoints(config):
+        try:
+            per_allocation = planner.allocation_minutes(model, revision)
+        except allocations.AllocationTooLong:
+            assert limit < 1440
+            continue
+        assert all(a <= limit for a, _ in per_allocation)
+        asked += sum(a for a, _ in per_allocation)
+        expected += sum(e for _, e in per_allocation)
+    assert 1 <= asked / expected <= 1.5
+
+
+def test_capability_sizes_come_from_the_staged_suite_else_the_stated_counts(tmp_path):
+    capability = {"source": "hub", "tasks": ["arc_easy", "hellaswag", "unknown_task"], "limits": {"hellaswag": 2000}}
+    docs, source = allocations.capability_docs(capability, tmp_path)
+    assert docs == {"arc_easy": 2376, "hellaswag": 2000, "unknown_task": allocations.CAPABILITY_DOCS_PER_TASK}
+    assert "stated" in source and "bound" in source and "staged" not in source
+    staged = tmp_path / paths.capability_tasks("hub")
+    staged.mkdir(parents=True)
+    record = {"tasks": {t: {"n_eval_docs": n} for t, n in [("arc_easy", 2000), ("hellaswag", 1500)]}}
+    (staged / lmeval_tasks.STAGED_FILE).write_text(json.dumps(record))
+    docs, source = allocations.capability_docs(capability, tmp_path)
+    assert docs["arc_easy"] == 2000 and docs["hellaswag"] == 1500  # the limit caps only what is larger
+    assert "bound" in source and "staged" in source and "stated" not in source
+    tokens = allocations.capability_tokens({"capability": capability}, tmp_path)
+    per_doc = allocations.CAPABILITY_TOKENS_PER_TASK_DOC
+    expected = 2000 * per_doc["arc_easy"] + 1500 * per_doc["hellaswag"] + 10_000 * allocations.CAPABILITY_TOKENS_PER_DOC
+    assert tokens == expected
+
+
+def test_the_paper_suite_is_sized_from_its_documents_not_the_bound():
+    config = config_of("config.yaml")
+    docs, _ = allocations.capability_docs(config["evaluation"]["capability"], REPO / "tests")
+    assert sum(docs.values()) == 2376 + 1838 + 2000 + 1267 + 5153  # HellaSwag at its limit
+
+
+@pytest.mark.parametrize(("config_name", "limit"), [("config.yaml", 1440), ("config.yaml", 240), ("demo.yaml", 15)])
+def test_no_allocation_mixes_capability_jobs_with_others_and_they_come_last(config_name, limit):
+    """A failing capability member fails only capability jobs: no collection, statistics, search or other
+    benchmark shares its allocation, and every capability allocation comes after the others (nothing reads them)."""
+    config = config_of(config_name)
+    planner = Planner(config, Site(max_runtime=limit, tflops=0.1 if config_name == "demo.yaml" else None))
+    seen = 0
+    for model, revision in checkpoints(config):
+        try:
+            plan = planner.plan(model, revision)
+        except allocations.AllocationTooLong:
+            continue
+        kinds: dict[int, set[bool]] = {}
+        for rule, w in checkpoint_jobs(config, model, revision):
+            kinds.setdefault(plan[job_key(rule, w)][0], set()).add(is_capability(rule, w))
+        assert all(len(k) == 1 for k in kinds.values()), (model, revision, kinds)
+        capability = [i for i, k in kinds.items() if True in k]
+        others = [i for i, k in kinds.items() if False in k]
+        if capability and others:
+            seen += 1
+            assert min(capability) > max(others)
+    assert seen
