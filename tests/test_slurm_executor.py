@@ -197,6 +197,9 @@ def test_a_timed_out_allocation_asks_the_walltime_its_ledger_measured(monkeypatc
     assert " -t 97 --mem 2006 " in build(_Job())
     other = type("Other", (), {"jobid": 8})()
     assert " -t 52 --mem 2006 " in build(other)
+    # Members of seconds each, left after a restart, ask 0 minutes: the plugin would submit no walltime at all.
+    no_time = executor._without_secrets(lambda *a, **k: "sbatch --parsable --mem 2006 --wrap=x")
+    assert f"sbatch -t {executor.MIN_WALLTIME} --parsable" in no_time(other)
 
 
 def test_timeouts_grow_the_walltime_from_progress_and_stop_after_two_without_any(monkeypatch):

@@ -155,6 +155,8 @@ def wait_until_gone(jobid: str, timeout: float = GONE_TIMEOUT_S, poll: float = 1
         time.sleep(poll)
 
 
+# Minutes an allocation whose members ask 0 minutes asks (imports and the model's load; a TIMEOUT grows it).
+MIN_WALLTIME = 5
 # Snakemake job id -> walltime (minutes) its next submission asks instead of its planned one: set after a TIMEOUT
 # from the progress its ledger measured (Executor.timed_out).
 WALLTIME = {}
@@ -168,6 +170,10 @@ def _without_secrets(get_submit_command):
         call = get_submit_command(job, *args, **kwargs)
         if job.jobid in WALLTIME:
             call = re.sub(r"(?<= )-t '?\d+'?(?= )", f"-t {WALLTIME[job.jobid]}", call, count=1)
+        elif call.startswith("sbatch ") and not re.search(r" -t '?\d", call):
+            # Members of seconds ask 0 minutes (allocations.spread); left alone after a restart, their allocation
+            # would be submitted without a walltime, i.e. with the partition's default, whatever that is.
+            call = call.replace("sbatch ", f"sbatch -t {MIN_WALLTIME} ", 1)
         unset = " ".join(f"-u {v}" for v in SECRET_VARIABLES)
         return f"env {unset} {call}" if call.startswith("sbatch ") else call
 

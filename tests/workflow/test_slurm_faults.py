@@ -238,18 +238,43 @@ def test_main_snakemake_killed_and_restarted_while_allocations_run(project, refe
 
 
 @contextlib.contextmanager
-def enforce_part_limits(value: str):
-    """The CI cluster with ``EnforcePartLimits=<value>`` (``scontrol reconfigure``), restored after: NO is SLURM's
-    default, under which an over-limit allocation is accepted and stays PENDING (PartitionTimeLimit) forever."""
+def slurm_setting(key: str, value: str):
+    """The CI cluster with ``<key>=<value>`` in its slurm.conf (``scontrol reconfigure``), restored after."""
     conf = Path(os.environ.get("SLURM_CI_DIR", "/tmp/wneurons-slurm")) / "etc/slurm.conf"
     before = conf.read_text()
-    conf.write_text(re.sub(r"(?m)^EnforcePartLimits=\w+$", f"EnforcePartLimits={value}", before))
+    assert re.search(rf"(?m)^{key}=", before), f"no {key} in {conf}"
+    conf.write_text(re.sub(rf"(?m)^{key}=\w+$", f"{key}={value}", before))
     try:
         scontrol("reconfigure")
         yield
     finally:
         conf.write_text(before)
         scontrol("reconfigure")
+
+
+def test_a_finished_allocation_purged_while_snakemake_was_stopped_is_judged_by_its_ledger(project, reference):
+    """Snakemake stopped (SIGSTOP: a suspended login session) while an allocation finishes and SLURM forgets it
+    (MinJobAge 5 s here; 600 on this cluster otherwise): after SIGCONT the job, no longer listed, is judged by its
+    allocation's ledger instead of being counted as running forever, and the run finishes."""
+    with slurm_setting("MinJobAge", "5"):
+        proc = start(project, delay=4)
+        wait_for(finished_in_running_allocation(project, 1), "a job finished in a running allocation", proc=proc)
+        jobid = running_allocation(project, MODEL, REVISION)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            stop_delays(project)
+            wait_for(lambda: not listed(jobid), f"SLURM to forget allocation {jobid}", timeout=300)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        rc, out = finish(proc)
+    assert rc == 0, out[-4000:]
+    assert f"SLURM job {jobid} is no longer listed; its ledger: all" in out, out[-4000:]
+    assert_complete_and_once(project, reference, out)
+
+
+def listed(jobid: str) -> bool:
+    out = subprocess.run(["squeue", "-h", "-j", jobid, "-o", "%T"], capture_output=True, text=True, timeout=30)
+    return out.returncode == 0 and bool(out.stdout.strip())
 
 
 @pytest.mark.parametrize("enforce", ["ALL", "NO"])
@@ -260,7 +285,8 @@ def test_allocation_over_the_partition_limit_ends_in_one_line(project, enforce):
     is not retried (the same request cannot pass)."""
     site = project / "site-long.yaml"
     site.write_text("max_runtime: 600\ntflops: 0.1\n")
-    with enforce_part_limits(enforce):
+    # NO is SLURM's default: an over-limit allocation is accepted and stays PENDING (PartitionTimeLimit) forever.
+    with slurm_setting("EnforcePartLimits", enforce):
         start_s = time.monotonic()
         rc, out = finish(start(project, "--config", "site_limits=slurm", f"site={site}"))
         took = time.monotonic() - start_s
