@@ -7,6 +7,7 @@ means per token), the accuracies, and the random control built with the run's se
 from __future__ import annotations
 
 import json
+import subprocess
 
 import polars as pl
 import pytest
@@ -138,3 +139,78 @@ def test_the_matched_control_is_the_runs(run):
     assert (record["percent"], record["converged"]) == (searched["percent"], searched["converged"])
     assert record["relative_gap"] == searched["relative_gap"]
     assert control == api.Condition.from_result(root / paths.ablation(BOS, "main", MATCHED, "blimp"))
+
+
+# ---------------------------------------------------------------- the CLI beside lm_eval's, on the same run
+def test_export_samples_in_lm_evals_shape_read_back_equal_the_items(run, tmp_path, capsys):
+    """`wneurons export-samples` writes one lm-eval --log_samples JSONL per task and condition; read back, the counts
+    and log-likelihoods are the items parquet's, and each line has exactly lm-eval's keys."""
+    from wneurons import cli
+    from wneurons.report.samples import TASK_COLUMN, read_samples
+
+    root, config = run
+    out = tmp_path / "samples"
+    assert cli.main(["export-samples", str(root / "results"), str(out), "-d", str(root)]) == 0
+    conditions = [(PLAIN, None), (BOS, None), (BOS, RANDOM)]
+    for name, condition in conditions:
+        for benchmark in ("blimp", "tse"):
+            selector = {} if condition is None else {"selector": "random", "percent": 5, "trial": RANDOM.trial}
+            items = api.read_items(config, name, "main", benchmark, workdir=root, **selector)
+            folder = paths.clean_items(name, "main", benchmark) if condition is None else None
+            folder = folder or paths.ablation_items(name, "main", condition, benchmark)
+            folder = out / (root / folder).parent.relative_to(root / "results")
+            for (task,), group in items.group_by(TASK_COLUMN[benchmark], maintain_order=True):
+                samples = read_samples(folder / f"samples_{benchmark}_{task}.jsonl")
+                assert samples.height == group.height > 0
+                assert samples["logprob_good"].to_list() == group["logprob_good"].to_list()
+                assert samples["logprob_bad"].to_list() == group["logprob_bad"].to_list()
+                assert samples["acc"].to_list() == group["correct"].cast(pl.Float64).to_list()
+    line = json.loads((next(out.rglob("samples_blimp_*.jsonl"))).read_text().splitlines()[0])
+    lm_eval_keys = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics"}
+    assert set(line) == lm_eval_keys | {"doc_hash", "prompt_hash", "target_hash", "acc"}
+    assert line["arguments"]["gen_args_0"] == {"arg_0": "", "arg_1": " " + line["doc"]["sentence_good"]}
+    # clean (2 models) and random: 2 BLiMP paradigms and 2 TSE tasks each; matched: BLiMP only
+    assert "wrote 14 lm-eval sample files" in capsys.readouterr().out
+    assert cli.main(["export-samples", str(root / "nowhere"), str(out)]) == 2
+
+
+def test_status_counts_done_and_left_as_snakemake_and_list_counts_the_same_scoring_jobs(run):
+    """status: done + left = every job of the DAG, and the scores done are the score files the fixture's run wrote;
+    list's scoring jobs (from the grid functions) equal the DAG's."""
+    from tiny_project import snakemake_command
+
+    from wneurons.cli import listing, progress
+
+    root, config = run
+    cmd = snakemake_command(root)
+    total = progress.dry_run(cmd, root, force_all=True)
+    left = progress.dry_run(cmd, root, force_all=False)
+    written = [p for p in (root / "results").rglob("*.json") if p.name != "search.json"]
+    assert total["score_clean"] - left["score_clean"] == sum(p.parent.name == "clean" for p in written) == 5
+    assert total["score_ablation"] - left["score_ablation"] == sum("ablations" in p.parts for p in written) > 0
+    jobs = listing.scoring_jobs(config)
+    assert (jobs["clean"], jobs["ablated"], jobs["matched searches"]) == (
+        total["score_clean"],
+        total["score_ablation"],
+        total["matched_search"],
+    )
+    lines = progress.status_lines(total, left, root)
+    done = sum(total.values()) - sum(left.values())
+    assert lines[0] == f"{done} of {sum(total.values())} jobs done, {sum(left.values())} left"
+    assert "running: none (no Snakemake run holds this directory)" in lines
+
+
+def test_run_limit_caps_the_benchmarks_into_a_results_dir_of_its_own(run):
+    """--limit 2: the overrides file merged over the config gives 2 BLiMP pairs per paradigm in results-limit2/."""
+    from tiny_project import snakemake_command
+
+    from wneurons.cli.listing import write_limit_file
+
+    root, config = run
+    path, line = write_limit_file(config, 2, root)
+    assert "evaluation.blimp_pairs_per_paradigm null -> 2" in line and "results in results-limit2/" in line
+    target = "results-limit2/tiny-llama/main/clean/blimp.json"
+    cmd = snakemake_command(root, "--configfile", str(root / "config.yaml"), str(path), "--cores", "2", target)
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    items = pl.read_parquet(root / "results-limit2/tiny-llama/main/clean/blimp.items.parquet")
+    assert items.height == 4 and items["paradigm"].n_unique() == 2  # 2 pairs x 2 paradigms, not 12 x 2

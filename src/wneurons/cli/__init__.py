@@ -3,7 +3,10 @@ runs the grid builds a ``snakemake`` command line (printed first), and every ``s
 
     wneurons init MODEL [--grid paper|demo] [--name NAME] [-o my-model.yaml]   write a validated config
     wneurons plan [CONFIG] [--profile P] [--site S]     jobs, allocations, model loads, GPU-hours and disk
-    wneurons run [CONFIG] [-n] [--profile P] [-- SNAKEMAKE ARGS]   run (or dry-run) the grid
+    wneurons list [CONFIG]                                what a config computes: models, conditions, benchmarks, jobs
+    wneurons run [CONFIG] [-n] [--limit N] [--profile P] [-- SNAKEMAKE ARGS]   run (or dry-run) the grid
+    wneurons status [CONFIG] [-d DIR]                     jobs done / running / left (Snakemake, SLURM ledgers)
+    wneurons export-samples RESULTS_DIR OUT_DIR           per-item results as lm-eval --log_samples JSONL
     wneurons compare A B [--subset] [--rtol R]            two result trees (wneurons.report.compare)
     wneurons power PAIRED [--difference D] ...            sizing from a run's paired table (wneurons.report.power)
     wneurons explore [CONFIG] [--model M]                 build the neuron explorer and print where it is
@@ -229,9 +232,9 @@ def checked_config(config: str) -> str:
     return config
 
 
-def snakemake_command(config: str, profiles: list[str], extra: list[str]) -> list[str]:
-    """The ``snakemake`` command line a subcommand runs."""
-    cmd = [sys.executable, "-m", "snakemake", "--configfile", config]
+def snakemake_command(config: str, profiles: list[str], extra: list[str], overrides: list[str] = ()) -> list[str]:
+    """The ``snakemake`` command line a subcommand runs; ``overrides``: config files merged over ``config``."""
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", config, *overrides]
     cmd += [arg for p in profiles for arg in ("--profile", p)]
     return cmd + extra
 
@@ -239,6 +242,32 @@ def snakemake_command(config: str, profiles: list[str], extra: list[str]) -> lis
 def _run_snakemake(cmd: list[str], root: Path) -> int:
     print("$ " + " ".join(["snakemake", *cmd[3:]]), file=sys.stderr, flush=True)
     return subprocess.run(cmd, cwd=root).returncode
+
+
+def validated(config: str, root: Path, workdir: Path | None = None) -> dict:
+    """The config at ``config`` validated as the workflow validates it (defaults filled in; its relative paths read
+    from ``workdir``, default ``root``)."""
+    return validate_config(load_yaml_strict(checked_config(config)), root / SCHEMA, workdir or root)
+
+
+def _snakemake_failure(err: subprocess.CalledProcessError) -> CommandError:
+    lines = [line for line in (err.stderr or "").splitlines() if line.strip()]
+    return CommandError(lines[-1] if lines else f"snakemake failed ({err.returncode})")
+
+
+def status(args: argparse.Namespace, root: Path) -> list[str]:
+    """``wneurons status``: the lines of :func:`wneurons.cli.progress.status_lines` for the config's run."""
+    from wneurons.cli import progress as run_status
+
+    workdir = run_status.working_directory(root, args.directory)
+    config = str(Path(checked_config(args.config)).resolve())
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(root / "Snakefile"), "-d", str(workdir), "--configfile", config]
+    try:
+        total = run_status.dry_run(cmd, root, force_all=True)
+        left = run_status.dry_run(cmd, root, force_all=False)
+    except subprocess.CalledProcessError as err:
+        raise _snakemake_failure(err) from None
+    return run_status.status_lines(total, left, workdir)
 
 
 # ---------------------------------------------------------------- the parser
@@ -291,6 +320,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-disk", action="store_true", help="leave out the activation-shard disk table")
 
     p = sub.add_parser(
+        "list",
+        formatter_class=fmt,
+        help="what a config computes: models, revisions, conditions, benchmarks and sizes, scoring jobs",
+        description="List what a config's grid computes, from the package's grid functions (no Snakemake run): "
+        "models x revisions, the ablation conditions of each checkpoint (scopes, selectors, percents, trials), the "
+        "benchmarks with the items drawn (counted on the data where it is here) and the number of scoring jobs.",
+    )
+    p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config to list")
+    p.add_argument("-d", "--directory", help="the run's working directory (its data); default the repository")
+
+    p = sub.add_parser(
+        "status",
+        formatter_class=fmt,
+        help="jobs done / running / left of a config's run",
+        description="How far a config's run is: jobs done and left per rule (two Snakemake dry runs: every job "
+        "of the DAG, and those still to run), outputs being written (Snakemake's locks and incomplete markers) "
+        "and, under SLURM, the finished members of the newest run's allocations (their ledgers).",
+    )
+    p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config of the run")
+    p.add_argument("-d", "--directory", help="the run's working directory (snakemake -d); default the repository")
+
+    p = sub.add_parser(
+        "export-samples",
+        formatter_class=fmt,
+        help="write a run's per-item BLiMP / TSE results as lm-eval --log_samples JSONL",
+        description="Write every blimp/tse.items.parquet under RESULTS_DIR (clean and ablated) in "
+        "lm-evaluation-harness's --log_samples shape: OUT_DIR/<same folders>/samples_<task>.jsonl with doc_id, "
+        "doc, target, arguments, resps / filtered_resps (the run's log-likelihoods), doc_hash, prompt_hash, "
+        "target_hash, acc (wneurons.report.samples). The sentences are drawn again from the verified data under "
+        "--directory with the run's recorded settings.",
+    )
+    p.add_argument("results_dir", metavar="RESULTS_DIR", help="a run's results_dir (or any folder under it)")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="where the JSONL files go")
+    p.add_argument("-d", "--directory", default=".", help="the run's working directory (its resources/data)")
+
+    p = sub.add_parser(
         "run",
         formatter_class=fmt,
         help="run (or dry-run) the grid with Snakemake",
@@ -300,6 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config of the run")
     p.add_argument("-n", "--dry-run", action="store_true", help="only list the jobs that would run")
+    p.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="a quick run: at most N items per BLiMP paradigm, TSE subtask and capability task and N perplexity "
+        "windows, into {results_dir}-limitN/ (never mixed with a full run); it says what it capped",
+    )
     p.add_argument(
         "--profile",
         action="append",
@@ -362,8 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 plan.print_grid(args, root)
             except subprocess.CalledProcessError as err:
-                lines = [line for line in (err.stderr or "").splitlines() if line.strip()]
-                raise CommandError(lines[-1] if lines else f"snakemake failed ({err.returncode})") from None
+                raise _snakemake_failure(err) from None
             if not args.no_disk:
                 print()
                 plan.print_disk(Path(root) / args.config, root)
@@ -373,7 +444,36 @@ def main(argv: list[str] | None = None) -> int:
             # Without a profile, this machine's cores in threads of one process (profiles/local), as `make demo`:
             # Snakemake itself would stop at once asking for --cores.
             profiles = args.profile or [LOCAL_PROFILE]
-            return _run_snakemake(snakemake_command(checked_config(args.config), profiles, extra), root)
+            overrides = []
+            if args.limit is not None:
+                from wneurons.cli.listing import write_limit_file
+
+                if args.limit < 1:
+                    raise CommandError(f"run: --limit must be a positive number of items, got {args.limit}")
+                path, line = write_limit_file(validated(args.config, root), args.limit, root)
+                print(line, file=sys.stderr)
+                overrides = [str(path)]
+            return _run_snakemake(snakemake_command(checked_config(args.config), profiles, extra, overrides), root)
+        if args.command == "list":
+            from wneurons.cli.listing import describe
+
+            workdir = Path(args.directory).resolve() if args.directory else root
+            print(f"{args.config}: " + "\n".join(describe(validated(args.config, root, workdir), workdir)))
+            return 0
+        if args.command == "status":
+            print("\n".join(status(args, root)))
+            return 0
+        if args.command == "export-samples":
+            from wneurons.report.samples import export_samples
+
+            if not Path(args.results_dir).is_dir():
+                raise CommandError(f"export-samples: {args.results_dir}: no such directory")
+            try:
+                written = export_samples(args.results_dir, args.out_dir, args.directory)
+            except ValueError as err:
+                raise CommandError(f"export-samples: {err}") from None
+            print(f"wrote {len(written)} lm-eval sample files under {args.out_dir}")
+            return 0
         if args.command == "explore":
             config = validate_config(load_yaml_strict(checked_config(args.config)), root / SCHEMA, root)
             model = args.model or next(iter(config["models"]))
