@@ -361,9 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             args.profile = args.profile or ["profiles/slurm"]
             try:
                 plan.print_grid(args, root)
-            except subprocess.CalledProcessError as err:
-                lines = [line for line in (err.stderr or "").splitlines() if line.strip()]
-                raise CommandError(lines[-1] if lines else f"snakemake failed ({err.returncode})") from None
+            except plan.PlanError as err:  # one line: the config's key, the site's limit or Snakemake's error
+                raise CommandError(str(err)) from None
             if not args.no_disk:
                 print()
                 plan.print_disk(Path(root) / args.config, root)
