@@ -102,9 +102,8 @@ BAD_CONFIGS = [
     (("training", "bootstrap"), 10**8, "training.bootstrap"),
     (("neurons", "md_tokens"), 10**7, "neurons.md_tokens"),
     (("evaluation", "batch_size"), 10**6, "evaluation.batch_size"),
-    # Offsets against the data (the tiny BLiMP: 12 pairs per paradigm): beyond it, or leaving fewer than asked.
+    # Offsets against the data (the tiny BLiMP: 12 pairs per paradigm); the other offset cases: tests/test_config.py.
     (("evaluation", "blimp_pairs_offset"), 12, "evaluation.blimp_pairs_offset: 12 is beyond the data: blimp paradigm"),
-    (("evaluation", "tse_items_offset"), 100, "evaluation.tse_items_offset: 100 is beyond the data: tse subtask"),
     # Keys that were silently ignored.
     (("training", "pair_models"), ["tiny-llama"], "training.pair_models: 'tiny-llama' has no checkpoints"),
     # Errors that name their key.
