@@ -6,9 +6,15 @@ condition saved by a run (or by this script) to the same model.
 MODEL_DIR: any saved transformers causal LM of a supported family; TEXT_FILE: plain text to rank neurons over (e.g.
 WikiText-2 test); PAIRS_JSONL: BLiMP-style lines with sentence_good / sentence_bad; --condition: a result file of a
 run (results/{model}/{revision}/ablations/.../blimp.json) whose neurons and mode are applied as well.
+
+With --run CONFIG --model NAME, run from the run's directory (its resources/data and results_dir), the same numbers
+as that run: its seeded BLiMP items (api.run_items) scored per item (api.score), the run's random control of trial
+--trial and its perplexity-matched control (api.Condition.of_run, api.matched_control: the run's seeds and search),
+and the run's own per-item results where it has scored them (api.read_items), checked equal to this script's.
 """
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
@@ -24,6 +30,9 @@ parser.add_argument("--percent", type=float, default=1.0, help="percent of each 
 parser.add_argument("--window", type=int, default=2048, help="tokens per window of the text")
 parser.add_argument("--condition", help="a run's result file whose condition is applied as well")
 parser.add_argument("--save", help="write the top-WD condition here (JSON)")
+parser.add_argument("--run", help="a run's config: score its items and build its controls (from the run's directory)")
+parser.add_argument("--model", help="the run's name of MODEL_DIR (a key of the config's models)")
+parser.add_argument("--trial", type=int, default=0, help="the run's random trial to rebuild")
 args = parser.parse_args()
 
 model = AutoModelForCausalLM.from_pretrained(args.model_dir).eval()
@@ -47,3 +56,28 @@ if args.condition:
     with api.applied(model, saved):
         accuracy = api.pair_accuracy(model, tokenizer, good, bad)
     print(f"{args.condition} ({saved.mode}, {saved.size()} neurons): {accuracy:.3f}")
+if args.run:
+    config = api.run_config(args.run, workdir=".")
+    evaluation = config["evaluation"]
+    items = api.run_items(config, "blimp")  # the run's seeded subsample, after its offset
+
+    def run_score(condition: api.Condition | None = None):
+        """The run's BLiMP summary and per-item frame, under ``condition`` (None: clean)."""
+        with api.applied(model, condition) if condition else contextlib.nullcontext():
+            options = {"convention": evaluation["convention"], "batch_size": evaluation["batch_size"]}
+            return api.score(model, tokenizer, "blimp", items, **options)
+
+    summary, per_item = run_score()
+    print(f"run items: {items.height} BLiMP pairs; clean accuracy {summary['overall']:.3f}")
+    random = api.Condition.of_run(config, args.model, table, "random", args.percent, trial=args.trial)
+    print(f"random trial {args.trial} ({random.size()} neurons): {run_score(random)[0]['overall']:.3f}")
+    matched, search = api.matched_control(model, tokenizer, config, args.model, table, args.percent)
+    print(f"matched m={search['percent']:g}% ({matched.size()} neurons): {run_score(matched)[0]['overall']:.3f}")
+    revision = config["models"][args.model]["final_revision"]
+    try:
+        done = api.read_items(config, args.model, revision, "blimp")  # the run's clean per-item results
+    except FileNotFoundError:
+        print("the run has not scored its clean BLiMP yet")
+    else:
+        same = done.equals(per_item)
+        print(f"run's clean per-item results: {done.height} rows, {'equal to' if same else 'DIFFERENT from'} these")

@@ -251,3 +251,52 @@ def test_the_gemma3_replication_config_validates(tmp_path):
     out = validate_config(cfg, SCHEMA, ROOT)
     assert out["models"]["gemma3-270m"]["family"] == "gemma3_text"
     assert out["models"]["gemma3-270m"]["window_bos"] is None  # the family's default: a BOS per window
+
+
+# Offsets against the data's sizes (the pinned source's: with_local_data leaves the local folders empty).
+OFFSETS = [
+    ("blimp_pairs_offset", 1000, "blimp_pairs_offset: 1000 is beyond the data: blimp paradigm"),
+    ("blimp_pairs_offset", 995, "blimp_pairs_offset: 995 leaves 5 of the 1000 pairs of blimp paradigm"),
+    ("tse_items_offset", 120, "tse_items_offset: 120 is beyond the data: tse subtask simple_npi_anim has 120 items"),
+    ("tse_items_offset", 110, "leaves 10 of the 120 items of tse subtask simple_npi_anim, fewer than evaluation.tse_"),
+    ("blimp_pairs_offset", 994, None),  # the demo asks 6 per paradigm: 994 + 6 = 1000
+    ("tse_items_offset", 108, None),  # and 12 per subtask: 108 + 12 = 120
+]
+
+
+@pytest.mark.parametrize(("key", "offset", "expected"), OFFSETS, ids=[f"{k}={o}" for k, o, _ in OFFSETS])
+def test_an_offset_beyond_the_data_or_leaving_fewer_items_is_one_line(key, offset, expected, tmp_path):
+    cfg = with_local_data(demo_config(), tmp_path)
+    cfg["evaluation"][key] = offset
+    if expected is None:
+        validate_config(cfg, SCHEMA, ROOT)
+        return
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg, SCHEMA, ROOT)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_offsets_are_checked_against_the_local_data_and_take_the_rest_without_a_size(tmp_path):
+    import json
+
+    cfg = with_local_data(demo_config(), tmp_path)
+    for paradigm, n in (("a_small", 3), ("b_large", 8)):
+        rows = [
+            {
+                "UID": paradigm,
+                "linguistics_term": "t",
+                "field": "f",
+                "pairID": i,
+                "sentence_good": "a",
+                "sentence_bad": "b",
+            }
+            for i in range(n)
+        ]
+        (tmp_path / "blimp" / f"{paradigm}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg["evaluation"]["blimp_pairs_offset"] = 3
+    with pytest.raises(
+        ConfigError, match=r"3 is beyond the data: blimp paradigm a_small has 3 pairs \(its 2 paradigms"
+    ):
+        validate_config(copy.deepcopy(cfg), SCHEMA, ROOT)
+    cfg["evaluation"] |= {"blimp_pairs_offset": 2, "blimp_pairs_per_paradigm": None}  # the rest of each, on purpose
+    validate_config(cfg, SCHEMA, ROOT)

@@ -43,6 +43,26 @@ def test_unallocated_jobs_grow_with_attempt_and_stop_at_the_site_limits(config):
     assert allocations.unallocated_minutes(config, allocations.Site(max_runtime=30), {"model": "llama-3.1-8b"}, 5) == 30
 
 
+def test_a_site_max_mem_mb_below_an_allocated_jobs_need_is_one_line_naming_it(config):
+    from wneurons.experiment.slurm_site import SiteLimits, memory_source
+
+    needs = {
+        (r, m): allocations.job_mem_mb(config, allocations.Site(), r, w)
+        for m, spec in config["models"].items()
+        for r, w in allocations.checkpoint_jobs(config, m, spec["final_revision"])
+    }
+    (rule, model), need = max(needs.items(), key=lambda item: item[1])
+    allocations.check_job_memory(config, allocations.Site(max_mem_mb=need))  # exactly enough
+    allocations.check_job_memory(config, allocations.Site())  # no limit
+    with pytest.raises(ValueError, match=rf"^site: max_mem_mb {need - 1:,} MB \(site file, max_mem_mb\) is below"):
+        allocations.check_job_memory(config, allocations.Site(max_mem_mb=need - 1))
+    with pytest.raises(ValueError, match=rf"{rule} {model}/\S+ needs: {need:,} MB"):
+        allocations.check_job_memory(config, allocations.Site(max_mem_mb=need - 1), memory_source(set(), None))
+    limits = SiteLimits(partition="gpu", max_time_min=None, max_mem_mb=64000, gpus_per_node=4)
+    assert memory_source(set(), limits).startswith("read from SLURM: partition gpu's MaxMemPerNode")
+    assert memory_source({"max_mem_mb"}, limits) == "site file, max_mem_mb"
+
+
 def test_a_hub_models_input_is_its_staged_manifest_and_a_local_model_has_none(config):
     staging = config["hub"]["staging_dir"]
     assert model_inputs.model_dir(config, {}, staging, "pythia-70m", "step16") == paths.staged_manifest(

@@ -102,6 +102,8 @@ BAD_CONFIGS = [
     (("training", "bootstrap"), 10**8, "training.bootstrap"),
     (("neurons", "md_tokens"), 10**7, "neurons.md_tokens"),
     (("evaluation", "batch_size"), 10**6, "evaluation.batch_size"),
+    # Offsets against the data (the tiny BLiMP: 12 pairs per paradigm); the other offset cases: tests/test_config.py.
+    (("evaluation", "blimp_pairs_offset"), 12, "evaluation.blimp_pairs_offset: 12 is beyond the data: blimp paradigm"),
     # Keys that were silently ignored.
     (("training", "pair_models"), ["tiny-llama"], "training.pair_models: 'tiny-llama' has no checkpoints"),
     # Errors that name their key.
@@ -174,6 +176,18 @@ def test_inconsistent_keys_stop_before_any_job_with_one_line(project, edits, exp
     (project / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     line = _one_line_error(project)
     assert expected in line and line.startswith("config: "), line
+    _assert_no_job_started(project)
+
+
+def test_a_site_max_mem_mb_below_a_jobs_need_stops_before_any_job_naming_job_and_need(project):
+    """job_mem_mb caps a job's request at max_mem_mb; below the job's need that was a job killed for memory on
+    every retry. The tiny model's GPU jobs need 2,006 MB (2 GB of process + its fp32 weights, 50% over)."""
+    (project / "site.yaml").write_text("max_mem_mb: 1500\n")
+    config = tiny_config(project) | {"site": "site.yaml"}
+    (project / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    line = _one_line_error(project)
+    assert line.startswith("site: max_mem_mb 1,500 MB (site file, max_mem_mb) is below what collect_activations "
+                           "tiny-llama/main needs: 2,006 MB"), line  # fmt: skip
     _assert_no_job_started(project)
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from tiny_project import REPO, make_tiny_project
+from tiny_project import REPO, make_tiny_project, snakemake
 
 from wneurons import api
 
@@ -24,9 +24,15 @@ def project(tmp_path_factory):
 
 
 def test_the_notebook_example_runs(project):
+    """Also with --run on the tiny run (its data and clean BLiMP only): the run's seeded items scored, its random and
+    matched controls rebuilt, and its clean per-item BLiMP results read back equal to the example's."""
+    from wneurons.experiment import paths
+
+    snakemake(project, "--cores", "2", paths.clean_items("tiny-llama", "main", "blimp"), paths.benchmark_data("ppl"))
     cond = project / "w.json"
     args = ["model", "src/wikitext2/wiki.test.raw", "src/blimp/npi_present_1.jsonl", "--percent", "5"]
     args += ["--window", "32", "--save", str(cond), "--condition", str(cond)]
+    args += ["--run", "config.yaml", "--model", "tiny-llama", "--trial", "1"]
     proc = subprocess.run(
         [sys.executable, str(REPO / "examples/notebook.py"), *args], cwd=project, capture_output=True, text=True
     )
@@ -36,6 +42,9 @@ def test_the_notebook_example_runs(project):
     reapplied = next(line for line in lines if line.startswith(str(cond)))
     assert clamped.split(": ")[-1] == reapplied.split(": ")[-1]  # the saved condition is the same clamp
     assert json.loads(cond.read_text())["mode"] == "negative"
+    out = proc.stdout
+    assert "run items: 24 BLiMP pairs" in out and "random trial 1 (" in out and "matched m=" in out, out
+    assert "run's clean per-item results: 24 rows, equal to these" in out, out
 
 
 def test_a_result_files_condition_is_applied_as_recorded(project, tmp_path):

@@ -220,6 +220,12 @@ try:
     ):
         SITE, notes = slurm_site.site_from_slurm(SITE, SITE_FILE)
         print("\n".join(notes), file=sys.stderr)
+    # A max_mem_mb below a job's need: one line now, not a job capped in silence and killed for memory.
+    allocations.check_job_memory(
+        config,
+        SITE,
+        slurm_site.memory_source(slurm_site.given_keys(SITE_FILE), slurm_site.LIMITS),
+    )
 except ValueError as err:
     sys.exit(str(err))
 PLANNER = allocations.Planner(

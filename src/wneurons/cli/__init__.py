@@ -433,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
             args.profile = args.profile or ["profiles/slurm"]
             try:
                 plan.print_grid(args, root)
+            except plan.PlanError as err:  # one line: the config's key, the site's limit or Snakemake's error
+                raise CommandError(str(err)) from None
             except subprocess.CalledProcessError as err:
                 raise _snakemake_failure(err) from None
             if not args.no_disk:

@@ -265,6 +265,24 @@ def job_mem_mb(config: dict, site: Site, rule: str, wildcards: dict, attempt: in
     return min(mb, site.max_mem_mb) if site.max_mem_mb else mb
 
 
+def check_job_memory(config: dict, site: Site, source: str = "site file, max_mem_mb") -> None:
+    """A ValueError in one line when the site's ``max_mem_mb`` (from ``source``) is below what a job of an
+    allocation needs at its first attempt (:func:`job_mem_mb` uncapped): capped in silence, such a job would be
+    killed for memory on every retry. Checked over every checkpoint's jobs (:func:`checkpoint_jobs`) before any runs."""
+    if not site.max_mem_mb:
+        return
+    for model, spec in config["models"].items():
+        for revision in dict.fromkeys((spec["final_revision"], *spec["checkpoints"], *spec["weight_checkpoints"])):
+            for rule, wildcards in checkpoint_jobs(config, model, revision):
+                need = job_mem_mb(config, Site(), rule, wildcards)
+                if need > site.max_mem_mb:
+                    raise ValueError(
+                        f"site: max_mem_mb {site.max_mem_mb:,} MB ({source}) is below what {rule} {model}/{revision} "
+                        f"needs: {need:,} MB (wneurons.experiment.allocations.job_mem_mb); raise max_mem_mb to at "
+                        "least that, or run this model where memory allows"
+                    )
+
+
 def unallocated_mem_mb(config: dict, site: Site, wildcards: dict, attempt: int = 1) -> int:
     """Host memory (MB) of a submitted job outside the allocations (conversion, training a suite, the analyses'
     tables, the explorer): its model's weights in fp32 plus headroom (3 GB without a model), grown with each retry,

@@ -206,6 +206,7 @@ def _check_semantics(config: dict, workdir: Path, schema: dict) -> None:
     _check_model_files(config, workdir, schema)
     _check_layers(config)
     _check_token_budgets(config)
+    _check_offsets(config, workdir)
     _check_training(config)
     _check_roots(config, workdir)
     _check_capability(config)
@@ -349,6 +350,31 @@ def _check_token_budgets(config: dict) -> None:
             f"config: pairs.tokens: {pairs['tokens']} but pairs.source test_shards draws from the "
             f"{neurons['md_tokens']} MD positions (neurons.md_tokens)"
         )
+
+
+def _check_offsets(config: dict, workdir: Path) -> None:
+    """An offset leaves, in every BLiMP paradigm / TSE subtask, at least the items asked (else the first scoring
+    job finds none, or scores fewer in silence). Without an offset a small subtask gives all it has (the schema)."""
+    from wneurons.store.data import items_per_group
+
+    evaluation = config["evaluation"]
+    for dataset, items, group in (("blimp", "pairs", "paradigm"), ("tse", "items", "subtask")):
+        key, per_key = f"evaluation.{dataset}_{items}_offset", f"evaluation.{dataset}_{items}_per_{group}"
+        offset, per = evaluation.get(key.split(".")[1], 0), evaluation[per_key.split(".")[1]]
+        if not offset or not (sizes := items_per_group(dataset, config["data"][dataset], workdir)):
+            continue
+        name, size = min(sizes.items(), key=lambda item: item[1])
+        if offset >= size:
+            held = f"{size} to {max(sizes.values())}" if max(sizes.values()) > size else f"{size} each"
+            raise ConfigError(
+                f"config: {key}: {offset} is beyond the data: {dataset} {group} {name} has {size} {items} "
+                f"(its {len(sizes)} {group}s hold {held})"
+            )
+        if per is not None and offset + per > size:
+            raise ConfigError(
+                f"config: {key}: {offset} leaves {size - offset} of the {size} {items} of {dataset} {group} {name}, "
+                f"fewer than {per_key} {per}"
+            )
 
 
 def _check_training(config: dict) -> None:

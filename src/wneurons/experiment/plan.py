@@ -28,7 +28,43 @@ from wneurons.experiment.config import validate_config
 from wneurons.experiment.grid import WIKITEXT2_TEST_TOKENS, collected_layers, neurons_per_layer_of, shard_bytes
 from wneurons.experiment.rule_files import rules_with
 
-__all__ = ["Job", "allocation_requests", "dry_run", "model_of_group", "print_allocations", "print_disk", "print_grid"]
+__all__ = [
+    "Job",
+    "PlanError",
+    "allocation_requests",
+    "dry_run",
+    "failure_line",
+    "model_of_group",
+    "print_allocations",
+    "print_disk",
+    "print_grid",
+]
+
+
+class PlanError(ValueError):
+    """The grid cannot be planned; the message is one line that says why (a key, a profile, Snakemake's error)."""
+
+
+# What a dry run prints on stderr before it fails, never the failure: Snakemake's profile line, the site's notes.
+_PREAMBLE = ("Using profile ", "site_limits: ")
+# The head of Snakemake's own error report on stdout: `WorkflowError:`, `KeyError in file "…", line 2:`.
+_ERROR_HEAD = re.compile(r"^[A-Z]\w*(Error|Exception)\b.*:$")
+
+
+def failure_line(stdout: str, stderr: str, returncode: int) -> str:
+    """The one line that says why a dry run failed. The workflow's own refusals (a config key, the site's limits:
+    ``sys.exit(line)``) are stderr's last line; Snakemake 9 logs its own errors to stdout, leaving on stderr only
+    its preamble (:data:`_PREAMBLE`): then its error's head and first line of message (``MissingRuleException: No
+    rule to produce …``), without the traceback."""
+    err = [line.strip() for line in stderr.splitlines() if line.strip() and not line.startswith(_PREAMBLE)]
+    if err:
+        return err[-1]
+    out = [line.rstrip() for line in stdout.splitlines() if line.strip()]
+    for i, line in enumerate(out):
+        if _ERROR_HEAD.match(line):
+            message = next((m.strip() for m in out[i + 1 :] if not m.lstrip().startswith("File ")), "")
+            return f"{line} {message}".strip()
+    return f"snakemake failed ({returncode}): {out[-1].strip() if out else 'no output'}"
 
 
 class Job(NamedTuple):
@@ -44,7 +80,10 @@ def dry_run(config: str, profiles: list[str], site: str | None = None, root: str
     cmd = [sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--configfile", config]
     cmd += [arg for p in profiles for arg in ("--profile", p)]
     cmd += ["--config", f"site={site}"] if site else []
-    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=True).stdout
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PlanError(failure_line(proc.stdout, proc.stderr, proc.returncode))
+    out = proc.stdout
     jobs, group, current = [], None, None
     for line in out.splitlines():
         if g := re.search(r"Group job (\S+) \(jobs", line):
@@ -172,6 +211,8 @@ def site_of(config: dict, profiles: list[str], site: str | None, root: Path) -> 
     if site:
         return site
     for profile in reversed(profiles):
+        if not (root / profile / "config.yaml").is_file():
+            raise PlanError(f"--profile {profile}: no such profile ({root / profile / 'config.yaml'} is missing)")
         settings = yaml.safe_load((root / profile / "config.yaml").read_text()) or {}
         named = [c.split("=", 1)[1] for c in settings.get("config") or [] if c.startswith("site=")]
         if named:

@@ -178,6 +178,13 @@ def runtime_source(site_limits: str, given: set[str], limits: SiteLimits | None)
     return "the default; set max_runtime in a site file"
 
 
+def memory_source(given: set[str], limits: SiteLimits | None) -> str:
+    """Where the planner's max_mem_mb comes from, in the words of the error that names it."""
+    if "max_mem_mb" not in given and limits is not None and limits.max_mem_mb is not None:
+        return f"read from SLURM: partition {limits.partition}'s MaxMemPerNode / its largest node's memory"
+    return "site file, max_mem_mb"
+
+
 # Why the last :func:`site_from_slurm` of this process could not read the site (None: it could, or never tried).
 READ_ERROR: str | None = None
 # What it read (the executor names these limits when an allocation cannot start), and the walltime limit the plan

@@ -477,3 +477,35 @@ def subsample_per_group(frame: pl.DataFrame, by: str, n: int | None, seed: int, 
     window = (rank > offset) if n is None else (rank > offset) & (rank <= offset + n)
     keep = frame.with_columns(keys).select(window).to_series()
     return frame.filter(keep)
+
+
+# Items per group of the pinned public data (PUBLIC_SOURCES), counted with load_blimp / load_tse on those files
+# (2026-12-05): what a config's offsets are checked against before the data is fetched.
+PINNED_PAIRS_PER_PARADIGM = 1000
+PINNED_TSE_ITEMS = {
+    "long_vp_coord": 400, "npi_across_anim": 4800, "npi_across_inanim": 5760, "obj_rel_across_anim": 11200,
+    "obj_rel_across_inanim": 11200, "obj_rel_no_comp_across_anim": 11200, "obj_rel_no_comp_across_inanim": 11200,
+    "obj_rel_no_comp_within_anim": 11200, "obj_rel_no_comp_within_inanim": 11200, "obj_rel_within_anim": 11200,
+    "obj_rel_within_inanim": 11200, "prep_anim": 16800, "prep_inanim": 5600, "reflexive_sent_comp": 3360,
+    "reflexives_across": 22400, "sent_comp": 1680, "simple_agrmt": 140, "simple_npi_anim": 120,
+    "simple_npi_inanim": 144, "simple_reflexives": 280, "subj_rel": 11200, "vp_coord": 840,
+}  # fmt: skip
+
+
+def items_per_group(dataset: str, spec: dict, workdir: str | os.PathLike = ".") -> dict[str, int] | None:
+    """Items per group of ``dataset`` as the config's ``data.<dataset>`` entry ``spec`` gives it ("blimp": pairs per
+    paradigm, "tse": items per subtask): counted in its ``local_dir`` where that holds the data files, else the pinned
+    public data's when ``spec`` names that source, else None (known only once fetched)."""
+    local = Path(workdir) / spec["local_dir"] if spec.get("local_dir") else None
+    suffix = ".jsonl" if dataset == "blimp" else _TSE_READERS[spec.get("format", "pickle")][0]
+    if local is not None and local.is_dir() and any(local.glob(f"*{suffix}")):
+        frame = load_blimp(local) if dataset == "blimp" else load_tse(local, spec.get("format", "pickle"))
+        return dict(frame.group_by("paradigm" if dataset == "blimp" else "task").len().iter_rows())
+    stem = Path(spec["checksums"]).stem
+    if stem not in PUBLIC_SOURCES or spec.get("url") != PUBLIC_SOURCES[stem]["url"]:
+        return None
+    if dataset == "blimp":
+        return dict.fromkeys(
+            (Path(name).stem for name in read_checksums(Path(workdir) / spec["checksums"])), PINNED_PAIRS_PER_PARADIGM
+        )
+    return dict(PINNED_TSE_ITEMS) if stem == "tse-pickle" else None
