@@ -44,20 +44,24 @@ def finished_over(logs: list[Path]) -> Counter:
 
 
 def run_slurm(root: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
-    """The tiny project's run through the SLURM profiles, in the background (its output in ``proc.stdout``). The
-    CI cluster's GPUs are stand-ins (/dev/null): its jobs run on the CPU, on purpose (WNEURONS_DEVICE=cpu, which
-    sbatch --export=ALL carries into the allocation; without it a GPU job that cannot use CUDA fails; tests/conftest.py
-    sets it for the whole test session)."""
+    """The tiny project's run through the SLURM profiles, in the background (its output in the file
+    ``proc.output``, read by :func:`finish`: a pipe that nobody reads while a test waits for a fault fills up with a
+    --verbose run's output and blocks Snakemake). The CI cluster's GPUs are stand-ins (/dev/null): its jobs run on
+    the CPU, on purpose (WNEURONS_DEVICE=cpu, which sbatch --export=ALL carries into the allocation; without it a
+    GPU job that cannot use CUDA fails; tests/conftest.py sets it for the whole test session)."""
     env = (os.environ if env is None else env) | {"WNEURONS_DEVICE": "cpu"}
     cmd = snakemake_command(root, *PROFILES, *args, threads=False)
-    return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env
-    )
+    output = root / f".slurm-run-{time.monotonic_ns()}.log"
+    with open(output, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    proc.output = output
+    return proc
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=TIMEOUT_S)
-    return proc.returncode, out
+    """Wait for the run (at most TIMEOUT_S) and return its exit code and output."""
+    proc.wait(timeout=TIMEOUT_S)
+    return proc.returncode, proc.output.read_text(errors="replace")
 
 
 def wait_for(condition, what: str, timeout: float = TIMEOUT_S, proc: subprocess.Popen | None = None) -> None:

@@ -1,13 +1,17 @@
 """The faults a real SLURM site produces, injected into runs of the tiny project through `profiles/slurm` on the
 localhost cluster of `.ci/slurm/up.sh` (configured like a site: finite MaxTime, EnforcePartLimits=ALL, preemptible
-partitions). Each run ends with results identical to a local run, and every job of the checkpoint finished exactly
-once across all attempts, counted from the allocations' logs.
+partitions; the limits are read from the cluster, `site_limits=slurm`). Each run ends with results identical to a
+local run, and every job of the checkpoint finished exactly once across all attempts, counted from the allocations'
+logs.
 
-Faults: a member that fails on its first attempt (the profile's default retries); an allocation killed by its time
-limit; a preemption (PreemptMode=CANCEL and REQUEUE); the node set DOWN while an allocation runs; the main Snakemake
-killed (kill -9) and restarted while its allocations run. Plus: the site's limit splits the checkpoint and no
-allocation asks more than the partition's MaxTime, and one that would (a site file that overstates the limit) is
-refused by the cluster (EnforcePartLimits=ALL) and ends the run instead of waiting forever.
+Faults: a member that fails on its first attempt (the profile's default retries) while the main Snakemake is
+stopped until SLURM forgets a finished allocation (MinJobAge); an allocation killed by its time limit (resubmitted
+with the walltime its ledger measured, no retry spent); five preemptions of one checkpoint (PreemptMode=CANCEL; no
+retry spent, memory not raised); the node set DOWN while an allocation runs (NODE_FAIL: no retry spent); the main
+Snakemake killed (kill -9) and restarted while its allocations run. Plus: the limit read from SLURM splits the
+checkpoint and no allocation asks more than the partition's MaxTime; one that would (a site file that overstates the
+limit) ends the run in one line naming the request, the limit and the key, under EnforcePartLimits=ALL (sbatch
+refuses) and NO (SLURM's default: it would stay PENDING forever).
 """
 
 from __future__ import annotations
@@ -117,10 +121,24 @@ def assert_complete_and_once(root: Path, reference: Path, out: str) -> Counter:
 
 
 def test_member_failing_once_is_retried_alone_in_allocations_that_fit_the_site(project, reference):
+    """A member fails once; the allocations are planned from the limits read from SLURM (the CI site file states
+    none). And the main Snakemake is stopped (SIGSTOP: a suspended login session) while its first allocation runs,
+    until SLURM has forgotten that allocation (MinJobAge 5 s here, 600 on this cluster otherwise): after SIGCONT the
+    job, no longer listed, is judged by its allocation's ledger instead of being counted as running forever."""
     marker = project / "fault-once"
     env = os.environ | {"WNEURONS_INJECT_FAULT": f"score.py:tse:{marker}"}
-    rc, out = finish(start(project, "--verbose", env=env))
+    with slurm_setting("MinJobAge", "5"):
+        proc = start(project, "--verbose", env=env)
+        wait_for(lambda: running_allocation(project, MODEL, REVISION), "a running allocation", proc=proc)
+        jobid = running_allocation(project, MODEL, REVISION)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: not listed(jobid), f"SLURM to forget allocation {jobid}", timeout=300)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        rc, out = finish(proc)
     assert rc == 0, out[-4000:]
+    assert re.search(rf"SLURM job {jobid} is no longer listed|\(SLURM job {jobid}\): SLURM no longer lists", out)
     assert marker.exists(), "the fault was never injected"
     done = assert_complete_and_once(project, reference, out)
     # The site's limit split the checkpoint (the CI site's 15 minutes cannot hold its ~20 one-minute jobs), and no
@@ -165,12 +183,12 @@ def preempt() -> str:
     ).stdout.strip()
 
 
-@pytest.mark.parametrize(("mode", "times"), [("cancel", 5), ("requeue", 1)])
-def test_preempted_allocation(project, reference, mode, times):
-    """Preempted ``times`` times (PreemptMode=CANCEL: five times in a row, each time the allocation that runs then;
-    REQUEUE: once): each preemption resubmits the unfinished members at the same request, without spending one of
-    the profile's retries and without raising memory; every job finishes exactly once."""
-    partition = {"cancel": f"{PARTITION}-cancel", "requeue": PARTITION}[mode]
+def test_preempted_allocation_five_times(project, reference, times=5):
+    """Preempted five times in a row (PreemptMode=CANCEL; each time the allocation that runs then): each
+    preemption resubmits the unfinished members at the same request, without spending one of the profile's retries
+    and without raising memory; every job finishes exactly once. (The default partition's PreemptMode=REQUEUE ends
+    in the same PREEMPTED state, as the profile submits --no-requeue; not run again here, for CI's time.)"""
+    partition = f"{PARTITION}-cancel"
     # A --config on the command line replaces the profiles' `config` lists: site_limits is restated.
     site = f"site={site_file(project, partition)}"
     proc = start(project, "--config", "site_limits=slurm", site, delay=4)  # not --verbose: its output fills the pipe
@@ -250,26 +268,6 @@ def slurm_setting(key: str, value: str):
     finally:
         conf.write_text(before)
         scontrol("reconfigure")
-
-
-def test_a_finished_allocation_purged_while_snakemake_was_stopped_is_judged_by_its_ledger(project, reference):
-    """Snakemake stopped (SIGSTOP: a suspended login session) while an allocation finishes and SLURM forgets it
-    (MinJobAge 5 s here; 600 on this cluster otherwise): after SIGCONT the job, no longer listed, is judged by its
-    allocation's ledger instead of being counted as running forever, and the run finishes."""
-    with slurm_setting("MinJobAge", "5"):
-        proc = start(project, delay=4)
-        wait_for(finished_in_running_allocation(project, 1), "a job finished in a running allocation", proc=proc)
-        jobid = running_allocation(project, MODEL, REVISION)
-        os.kill(proc.pid, signal.SIGSTOP)
-        try:
-            stop_delays(project)
-            wait_for(lambda: not listed(jobid), f"SLURM to forget allocation {jobid}", timeout=300)
-        finally:
-            os.kill(proc.pid, signal.SIGCONT)
-        rc, out = finish(proc)
-    assert rc == 0, out[-4000:]
-    assert f"SLURM job {jobid} is no longer listed; its ledger: all" in out, out[-4000:]
-    assert_complete_and_once(project, reference, out)
 
 
 def listed(jobid: str) -> bool:
