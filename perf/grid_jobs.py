@@ -43,6 +43,12 @@ def main() -> None:
     parser.add_argument("config", nargs="?", default="config/config.yaml")
     parser.add_argument("--profile", action="append", help="a profile (repeatable); default profiles/slurm")
     parser.add_argument("--site", help="a site file (profiles/site.example/site.yaml) instead of the config's `site`")
+    parser.add_argument(
+        "--site-limits",
+        choices=["slurm", "none"],
+        help="plan within the limits SLURM states (slurm) or the site file's / the defaults only (none); "
+        "default: the profiles' `site_limits` (profiles/slurm: slurm)",
+    )
     parser.add_argument("--tflops", type=float, default=300.0, help="sustained TFLOP/s per GPU")
     parser.add_argument("--load-gbps", type=float, default=2.0, help="GB/s a model's weights load at")
     parser.add_argument(

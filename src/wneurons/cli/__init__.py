@@ -314,6 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config to size")
     p.add_argument("--profile", action="append", help="a Snakemake profile (repeatable; default profiles/slurm)")
     p.add_argument("--site", help="a site file (profiles/site.example/site.yaml) instead of the config's `site`")
+    p.add_argument(
+        "--site-limits",
+        choices=["slurm", "none"],
+        help="plan within the limits SLURM states (slurm) or the site file's / the defaults only (none); "
+        "default: the profiles' `site_limits` (profiles/slurm: slurm)",
+    )
     p.add_argument("--tflops", type=float, default=300.0, help="sustained TFLOP/s per GPU")
     p.add_argument("--load-gbps", type=float, default=2.0, help="GB/s a model's weights load at")
     p.add_argument("--startup-s", type=float, default=10.0, help="seconds a job's process needs before loading")

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import yaml
 
+from wneurons.experiment import slurm_site
 from wneurons.experiment.allocations import (
     CPU_MEMBERS,
     Site,
@@ -74,12 +75,17 @@ class Job(NamedTuple):
     resources: dict[str, str]
 
 
-def dry_run(config: str, profiles: list[str], site: str | None = None, root: str | Path = ".") -> list[Job]:
+def dry_run(
+    config: str, profiles: list[str], site: str | None = None, root: str | Path = ".", site_limits: str | None = None
+) -> list[Job]:
     """Every job of ``all`` with its group job and resources, from a dry run through the profiles (which prints
-    each group job with its member jobs indented under it), run in ``root`` (the repository: its Snakefile)."""
+    each group job with its member jobs indented under it), run in ``root`` (the repository: its Snakefile).
+    ``site`` / ``site_limits`` given: passed with ``--config``, which replaces the profiles' ``config`` lists
+    (Snakemake), so a caller that gives one restates the other (:func:`print_grid` gives both)."""
     cmd = [sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--configfile", config]
     cmd += [arg for p in profiles for arg in ("--profile", p)]
-    cmd += ["--config", f"site={site}"] if site else []
+    overrides = ([f"site_limits={site_limits}"] if site_limits else []) + ([f"site={site}"] if site else [])
+    cmd += ["--config", *overrides] if overrides else []
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:
         raise PlanError(failure_line(proc.stdout, proc.stderr, proc.returncode))
@@ -126,7 +132,10 @@ def print_grid(args: argparse.Namespace, root: Path) -> None:
     schema = root / "workflow/schemas/config.schema.yaml"
     config = validate_config(yaml.safe_load((root / args.config).read_text()), schema, root)
     config["site"] = site_of(config, args.profile, args.site, root)
-    parsed = dry_run(args.config, args.profile, args.site, root)
+    limits = getattr(args, "site_limits", None) or profile_setting(args.profile, "site_limits", root)
+    config["site_limits"] = limits or config["site_limits"]
+    parsed = dry_run(args.config, args.profile, config["site"], root, config["site_limits"])
+    site = planned_site(config, root)
     jobs = [(j.rule, j.group is not None, j.wildcards) for j in parsed]
     requests = allocation_requests(parsed)
     group_jobs = list(requests)
@@ -179,15 +188,16 @@ def print_grid(args: argparse.Namespace, root: Path) -> None:
     total = sum(hours.values())
     row = f"{'total':<16}{sum(loads.values()):>9,}{len(group_jobs):>12,}{total:>11.1f}"
     print(row + f"{sum(per_job.values()):>24.1f}{total_alloc:>18.2f}{total_once:>23.2f}")
-    print_allocations(config, requests, root)
-    print_requests_against_use(config, parsed, requests, root)
+    print_allocations(config, site, requests)
+    print_requests_against_use(config, site, parsed, requests, root)
 
 
-def print_requests_against_use(config: dict, jobs: list[Job], requests: dict[str, tuple[int, int]], root: Path) -> None:
+def print_requests_against_use(
+    config: dict, site: Site, jobs: list[Job], requests: dict[str, tuple[int, int]], root: Path
+) -> None:
     """Print the GPU-hours the allocations ask (their members' runtimes) against those the planner expects them to
     use (its members' estimates at the site's rates, without the margin, plus one model load per allocation), and
     where the capability suite's sizes come from."""
-    site = Site.from_file(site_path(config["site"], root))
     expected = defaultdict(float)
     for job in jobs:
         if job.group in requests:
@@ -208,23 +218,37 @@ def print_requests_against_use(config: dict, jobs: list[Job], requests: dict[str
 def site_of(config: dict, profiles: list[str], site: str | None, root: Path) -> str | None:
     """The site file a dry run through ``profiles`` plans with: ``site`` if given (``--site``), else the last
     ``site=`` of the profiles' ``config`` lists (a later profile wins, as in Snakemake), else the config's."""
-    if site:
-        return site
+    return site or profile_setting(profiles, "site", root) or config["site"]
+
+
+def profile_setting(profiles: list[str], key: str, root: Path) -> str | None:
+    """The last ``key=value`` of the profiles' ``config`` lists (a later profile's list replaces an earlier one's,
+    as in Snakemake), or None."""
     for profile in reversed(profiles):
         if not (root / profile / "config.yaml").is_file():
             raise PlanError(f"--profile {profile}: no such profile ({root / profile / 'config.yaml'} is missing)")
         settings = yaml.safe_load((root / profile / "config.yaml").read_text()) or {}
-        named = [c.split("=", 1)[1] for c in settings.get("config") or [] if c.startswith("site=")]
-        if named:
-            return named[-1]
-    return config["site"]
+        if "config" in settings:
+            named = [c.split("=", 1)[1] for c in settings["config"] or [] if c.startswith(f"{key}=")]
+            return named[-1] if named else None
+    return None
 
 
-def print_allocations(config: dict, requests: dict[str, tuple[int, int]], root: Path) -> None:
+def planned_site(config: dict, root: Path) -> Site:
+    """The site the dry run planned with: the site file, with the limits SLURM states where the file is silent
+    under ``site_limits: slurm`` (the same reading as the Snakefile's; its lines printed here too)."""
+    site_file = site_path(config["site"], root)
+    site = Site.from_file(site_file)
+    if config["site_limits"] == "slurm":
+        site, notes = slurm_site.site_from_slurm(site, site_file)
+        print("\n".join(notes))
+    return site
+
+
+def print_allocations(config: dict, site: Site, requests: dict[str, tuple[int, int]]) -> None:
     """Per model: allocations, the largest walltime and memory one asks, and whether all fit the site's limits."""
-    site = Site.from_file(site_path(config["site"], root))
     limit_mem = f"{site.max_mem_mb:,} MB" if site.max_mem_mb else "no memory limit"
-    where = config["site"] or "default site"
+    where = f"{config['site'] or 'no site file'}, site_limits {config['site_limits']}"
     print(f"\nAllocations against the site's limits ({where}: {site.max_runtime} min, {limit_mem}):")
     print(f"{'model':<16}{'allocations':>12}{'largest walltime min':>22}{'largest memory MB':>19}{'fit':>5}")
     by_model = defaultdict(list)
