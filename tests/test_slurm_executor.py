@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -365,3 +366,25 @@ def test_a_job_squeue_forgot_is_judged_by_its_ledger(monkeypatch):
     misses = [ex.site_event(_Info("42"), {}) for _ in range(executor.MISSES_BEFORE_GONE)]
     assert misses == [False] * (executor.MISSES_BEFORE_GONE - 1) + [True]
     assert ex.calls[-1][0] == "error" and "1 unfinished" in ex.calls[-1][1]
+
+
+def test_a_job_the_plugin_neither_reported_nor_kept_stays_active(monkeypatch):
+    """The slurm plugin drops every job when its status query fails (it falls back to sacct where MinJobAge is
+    below 3 x the init seconds, and sacct fails without accounting): the executor keeps them active."""
+    ex = bare_executor(monkeypatch)
+    ex.run_uuid, ex.next_seconds_between_status_checks = "run", 3
+    ex.workflow = SimpleNamespace(executor_settings=SimpleNamespace(max_seconds_between_status_checks=3))
+
+    async def plugin_check(self, jobs):  # its query failed: nothing yielded, nothing reported
+        for _ in ():
+            yield _
+
+    monkeypatch.setattr(executor.SlurmExecutor, "check_active_jobs", plugin_check)
+    monkeypatch.setattr(executor, "site_states", lambda run: {"5": ("RUNNING", "None"), "6": ("RUNNING", "None")})
+    running, reported = _Info("5"), _Info("6")
+    running.aux, reported.aux = {}, {executor.REPORTED: True}
+
+    async def check():
+        return [j async for j in ex.check_active_jobs([running, reported])]
+
+    assert asyncio.run(check()) == [running]

@@ -155,6 +155,8 @@ def wait_until_gone(jobid: str, timeout: float = GONE_TIMEOUT_S, poll: float = 1
         time.sleep(poll)
 
 
+# Set in a submitted job's aux once it was reported finished or failed (check_active_jobs keeps the others).
+REPORTED = "wneurons_reported"
 # Minutes an allocation whose members ask 0 minutes asks (imports and the model's load; a TIMEOUT grows it).
 MIN_WALLTIME = 5
 # Snakemake job id -> walltime (minutes) its next submission asks instead of its planned one: set after a TIMEOUT
@@ -275,8 +277,16 @@ class Executor(SlurmExecutor):
         ``max_seconds_between_status_checks``."""
         states = site_states(self.run_uuid) if active_jobs else None
         left = [j for j in active_jobs if states is None or not self.site_event(j, states)]
+        seen = set()
         async for job in super().check_active_jobs(left):
+            seen.add(id(job))  # the plugin yields the very objects it was given
             yield job
+        # The plugin drops every job when its status query fails (sacct without accounting, which it falls back to
+        # where MinJobAge is below 3 x the init seconds): such a job would be lost, and the run would wait forever.
+        # Whatever it neither reported nor kept is still active.
+        for job in left:
+            if id(job) not in seen and not job.aux.get(REPORTED):
+                yield job
         cap = self.workflow.executor_settings.max_seconds_between_status_checks
         if cap and self.next_seconds_between_status_checks > cap:
             self.next_seconds_between_status_checks = cap
@@ -444,7 +454,12 @@ class Executor(SlurmExecutor):
             msg = line
         super()._report_job_error_threadsafe(job_info, msg)
 
+    def report_job_success(self, job_info) -> None:
+        job_info.aux[REPORTED] = True
+        super().report_job_success(job_info)
+
     def report_job_error(self, job_info, msg=None, **kwargs) -> None:
+        job_info.aux[REPORTED] = True
         job = job_info.job
         # No SLURM job id: sbatch refused the submission, so nothing ran and nothing is waited for.
         if job_info.external_jobid and not wait_until_gone(str(job_info.external_jobid)):
