@@ -51,6 +51,7 @@ def measured_run(config: dict, tmp_path: Path) -> Path:
     finished_job(config, run, "score_clean", MINI | {"benchmark": "blimp"}, 4.0, H100)
     finished_job(config, run, "collect_activations", MINI, 3.0, None)
     finished_job(config, run, "aggregate_scores", SMOL | {"benchmark": "blimp"}, 1.0, None)  # runs no model
+    finished_job(config, run, "weight_rows", MINI | {"revision": "step0"}, 1.0, None)  # a device unknown
     return run
 
 
@@ -71,7 +72,7 @@ def test_every_planned_rule_has_a_benchmark_template_that_parses_back(config):
 def test_rates_are_the_planners_work_over_the_measured_seconds(config, measured_run):
     content = rates.measure(config, measured_run)
     entries = {(e["rule"], e["device"]): e for e in content["rates"]}
-    assert set(entries) == {("score_clean", H100), ("collect_activations", H100)}  # the device of its checkpoint
+    assert set(entries) == {("score_clean", H100), ("collect_activations", H100), ("weight_rows", "unknown")}
     stated = {r: stated_rate(config, Site(), r) / 1e12 for r in ("score_clean", "collect_activations")}
     clean = entries["score_clean", H100]
     assert clean["precision"] == precision_of(config, "score_clean") and clean["unit"] == "TFLOP/s"
@@ -107,6 +108,8 @@ def test_a_site_with_rates_plans_measured_jobs_in_proportion_and_says_which(conf
     }
     without.plan("smollm2-135m", "main")
     assert without.sources == {"stated": n_jobs}
+    only_gpu = Planner(config, Site(rates=str(out)))  # no gpu_model: the one GPU measured, the unknown aside
+    assert only_gpu.estimate(*blimp) == (pytest.approx(measured), "measured")
     a100 = Planner(config, Site(rates=str(out), gpu_model="a100"))  # measured on another GPU: not used
     assert a100.estimate(*blimp) == without.estimate(*blimp) == (pytest.approx(measured / 2), "stated")
 

@@ -228,10 +228,12 @@ class MeasuredRates:
 
     def device_for(self, gpu_model: str | None) -> str | None:
         """The measured device a site's ``gpu_model`` names (its name within the device's, case aside: "h100" is
-        "NVIDIA H100 80GB HBM3"); without one, the only device measured; else None."""
+        "NVIDIA H100 80GB HBM3"); without one, the only device measured (jobs of an unknown device aside); else
+        None."""
         devices = self.devices()
         if gpu_model is None:
-            return devices[0] if len(devices) == 1 else None
+            known = [d for d in devices if d != UNKNOWN_DEVICE] or devices
+            return known[0] if len(known) == 1 else None
         named = [d for d in devices if gpu_model.lower() in d.lower()]
         return named[0] if named else None
 
