@@ -20,6 +20,7 @@ the packing bound is also the walltime the allocation asks.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -151,7 +152,9 @@ SITE_GPU_RESOURCES["gpu_model"] = "gpu_model"
 class Site:
     """A SLURM site's limits and speed (the user's site file, profiles/site.example/site.yaml): the largest walltime
     (minutes) and memory (MB) one allocation may ask, the sustained TFLOP/s of one job on its GPU (None:
-    :data:`SUSTAINED_TFLOPS` by precision), the safety margin on compute, and where GPU allocations go."""
+    :data:`SUSTAINED_TFLOPS` by precision), the safety margin on compute, where GPU allocations go, and ``rates``: a
+    rates.json of measured rates (:mod:`wneurons.experiment.rates`) the planner uses in place of the stated ones
+    where it has them."""
 
     max_runtime: int = 24 * 60
     max_mem_mb: int | None = None
@@ -161,6 +164,7 @@ class Site:
     gpu_qos: str | None = None
     gpu_constraint: str | None = None
     gpu_model: str | None = None
+    rates: str | None = None
 
     @classmethod
     def from_file(cls, path: str | None) -> Site:
@@ -225,20 +229,37 @@ def job_minutes(config: dict, site: Site, rule: str, wildcards: dict) -> float:
     return site.margin * job_estimate_minutes(config, site, rule, wildcards)
 
 
-def job_estimate_minutes(config: dict, site: Site, rule: str, wildcards: dict, root: str | Path = ".") -> float:
-    """Minutes of compute (or reading) one job of ``rule`` needs once its model is loaded, at the stated rates and
-    without margin; ``root``: where the capability suite is staged (:func:`capability_docs`)."""
-    model = config["models"][wildcards["model"]]
-    params_b = model["params_b"]
+def job_estimate_minutes(
+    config: dict, site: Site, rule: str, wildcards: dict, root: str | Path = ".", rate: float | None = None
+) -> float:
+    """Minutes of compute (or reading) one job of ``rule`` needs once its model is loaded, without margin: its
+    :func:`job_work` at ``rate`` (work per second, e.g. a measured one), else at the stated rate
+    (:func:`stated_rate`); ``root``: where the capability suite is staged (:func:`capability_docs`)."""
+    return job_work(config, rule, wildcards, root) / (rate or stated_rate(config, site, rule)) / 60
+
+
+def job_work(config: dict, rule: str, wildcards: dict, root: str | Path = ".") -> float:
+    """The planner's measure of one job's work: bytes read for the CPU members (the statistics: its revision's
+    shards; the weight rows: every weight file, the worst case of .bin shards), else FLOP (2 x parameters x
+    :func:`tokens_of`)."""
+    params_b = config["models"][wildcards["model"]]["params_b"]
     if rule == "neuron_stats":
         layers = collected_layers(config, wildcards["model"], wildcards["revision"])
-        seconds = shard_bytes(config, wildcards["model"], layers) / STATS_BYTES_PER_S
-    elif rule == "weight_rows":
-        seconds = params_b * 1e9 * 2 / WEIGHT_READ_BYTES_PER_S  # worst case: every weight file read (.bin shards)
-    else:
-        tflops = site.tflops or SUSTAINED_TFLOPS[precision_of(config, rule)]
-        seconds = 2 * params_b * 1e9 * tokens_of(config, rule, wildcards, root) / (tflops * 1e12)
-    return seconds / 60
+        return float(shard_bytes(config, wildcards["model"], layers))
+    if rule == "weight_rows":
+        return params_b * 1e9 * 2
+    return 2 * params_b * 1e9 * tokens_of(config, rule, wildcards, root)
+
+
+def stated_rate(config: dict, site: Site, rule: str) -> float:
+    """The stated work per second of one job of ``rule``: bytes/s for the CPU members (:data:`STATS_BYTES_PER_S`,
+    :data:`WEIGHT_READ_BYTES_PER_S`), else FLOP/s (the site's ``tflops``, else :data:`SUSTAINED_TFLOPS` of the
+    rule's precision)."""
+    if rule == "neuron_stats":
+        return STATS_BYTES_PER_S
+    if rule == "weight_rows":
+        return WEIGHT_READ_BYTES_PER_S
+    return (site.tflops or SUSTAINED_TFLOPS[precision_of(config, rule)]) * 1e12
 
 
 def allocation_load_minutes(config: dict, model: str) -> float:
@@ -416,7 +437,9 @@ class AllocationTooLong(ValueError):
 
 class Planner:
     """The allocations of a run's checkpoints under one site, computed once per checkpoint (the group and runtime
-    functions of every allocated rule ask it for each job of the DAG)."""
+    functions of every allocated rule ask it for each job of the DAG). With the site's ``rates`` (a rates.json,
+    :mod:`wneurons.experiment.rates`) a job is planned at its measured rate where one was measured; ``sources``
+    counts the planned jobs by where their rate came from (:meth:`estimate`)."""
 
     def __init__(
         self, config: dict, site: Site, runtime_source: str = "site file, max_runtime", root: str | Path = "."
@@ -424,6 +447,12 @@ class Planner:
         """``runtime_source``: where ``site.max_runtime`` comes from, for the error that names it; ``root``: the
         workflow's working directory (where the capability suite is staged)."""
         self.config, self.site, self.runtime_source, self.root = config, site, runtime_source, root
+        self.measured = None
+        if site.rates:
+            from wneurons.experiment.rates import MeasuredRates  # rates imports this module
+
+            self.measured = MeasuredRates.load(site_path(site.rates, root))
+        self.sources: Counter[str] = Counter()
         self._plans: dict[tuple[str, str], dict[JobKey, tuple[int, int]]] = {}
         self._members: dict[tuple[str, str], list[tuple[int, int, float]]] = {}  # (allocation, asked, estimate)
 
@@ -433,7 +462,11 @@ class Planner:
         if (model, revision) not in self._plans:
             jobs = checkpoint_jobs(self.config, model, revision)
             load = allocation_load_minutes(self.config, model)
-            estimates = [job_estimate_minutes(self.config, self.site, r, w, self.root) for r, w in jobs]
+            estimates = []
+            for rule, w in jobs:
+                estimate, source = self.estimate(rule, w)
+                estimates.append(estimate)
+                self.sources[source] += 1
             for (rule, w), e in zip(jobs, estimates, strict=True):
                 alone = allocation_ask([e], load, self.site.margin)
                 if alone > self.site.max_runtime:
@@ -449,6 +482,17 @@ class Planner:
             }
             self._members[model, revision] = list(zip(indices, requested, estimates, strict=True))
         return self._plans[model, revision]
+
+    def estimate(self, rule: str, wildcards: dict) -> tuple[float, str]:
+        """Minutes of one job (:func:`job_estimate_minutes`, no margin) and where its rate comes from: "measured"
+        (its model's own rate in the site's rates file), "measured, rule median" (the median of the models measured
+        for its rule, precision and device) or "stated" (the assumptions of this module, or the site's tflops)."""
+        rate, source = None, "stated"
+        if self.measured is not None:
+            found = self.measured.rate(rule, precision_of(self.config, rule), wildcards["model"], self.site.gpu_model)
+            if found is not None:
+                rate, source = found
+        return job_estimate_minutes(self.config, self.site, rule, wildcards, self.root, rate), source
 
     def allocation_minutes(self, model: str, revision: str) -> list[tuple[int, float]]:
         """(requested, expected) minutes of each allocation of one checkpoint: what it asks, and the planner's own
@@ -474,7 +518,7 @@ class Planner:
         planned = self._planned(rule, wildcards)
         if planned is None:
             load = allocation_load_minutes(self.config, wildcards["model"])
-            return math.ceil(job_minutes(self.config, self.site, rule, wildcards) + load)
+            return math.ceil(self.site.margin * self.estimate(rule, wildcards)[0] + load)
         return planned[1]
 
     def group(self, rule: str, wildcards: dict) -> str:
