@@ -18,10 +18,10 @@ import yaml
 from wneurons.experiment import slurm_site
 from wneurons.experiment.allocations import (
     CPU_MEMBERS,
+    Planner,
     Site,
     allocation_load_minutes,
     capability_docs,
-    job_estimate_minutes,
     site_path,
     tokens_of,
 )
@@ -198,10 +198,13 @@ def print_requests_against_use(
     """Print the GPU-hours the allocations ask (their members' runtimes) against those the planner expects them to
     use (its members' estimates at the site's rates, without the margin, plus one model load per allocation), and
     where the capability suite's sizes come from."""
+    planner = Planner(config, site, root=root)  # the Snakefile's estimates: measured rates where the site has them
     expected = defaultdict(float)
     for job in jobs:
         if job.group in requests:
-            expected[job.group] += job_estimate_minutes(config, site, job.rule, job.wildcards, root)
+            minutes, source = planner.estimate(job.rule, job.wildcards)
+            expected[job.group] += minutes
+            planner.sources[source] += 1
     for group in requests:
         expected[group] += allocation_load_minutes(config, model_of_group(group, config["models"]))
     asked_h, expected_h = sum(m for m, _ in requests.values()) / 60, sum(expected.values()) / 60
@@ -213,6 +216,8 @@ def print_requests_against_use(
     )
     _, source = capability_docs(config["evaluation"]["capability"], root)
     print(f"capability suite's documents: {source}")
+    rates = ", ".join(f"{n:,} {where}" for where, n in sorted(planner.sources.items()))
+    print(f"rates of the allocated jobs: {rates} ({site.rates or 'no rates file in the site file: stated rates'})")
 
 
 def site_of(config: dict, profiles: list[str], site: str | None, root: Path) -> str | None:
