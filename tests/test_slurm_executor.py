@@ -321,6 +321,7 @@ def bare_executor(monkeypatch) -> executor.Executor:
     """An executor without a workflow (no __post_init__): what the methods below read, and their calls recorded."""
     ex = executor.Executor.__new__(executor.Executor)
     ex.logger, ex._resubmitted, ex._for_good, ex._seen, ex._misses, ex._ours = _Log(), {}, set(), set(), {}, set()
+    ex._main_event_loop = None
     ex.calls = []
     monkeypatch.setattr(ex, "run_job", lambda job: ex.calls.append(("run_job", job.jobid)), raising=False)
     monkeypatch.setattr(ex, "report_job_success", lambda info: ex.calls.append(("success",)), raising=False)
@@ -341,12 +342,11 @@ def test_a_transient_sbatch_refusal_is_submitted_again_without_a_retry(monkeypat
 
 def test_a_limit_refusal_ends_the_allocation_for_good_in_one_line(monkeypatch):
     ex = bare_executor(monkeypatch)
-    reported = []
-    monkeypatch.setattr(executor.SlurmExecutor, "_report_job_error_threadsafe", lambda self, i, m: reported.append(m))
     monkeypatch.setattr(ex, "request_line", lambda info, why: f"can never start: {why}", raising=False)
     refusal = "sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some)"
     ex._report_job_error_threadsafe(_Info(), f"SLURM sbatch failed. The error message was '{refusal}'")
-    assert reported == [f"can never start: sbatch refuses it (SLURM sbatch failed. The error message was '{refusal}')"]
+    line = f"can never start: sbatch refuses it (SLURM sbatch failed. The error message was '{refusal}')"
+    assert ex.calls == [("error", line)]
     assert ex._for_good == {7} and ("sleep", 5) not in ex.calls
 
     job = _Job()
@@ -388,3 +388,14 @@ def test_a_job_the_plugin_neither_reported_nor_kept_stays_active(monkeypatch):
         return [j async for j in ex.check_active_jobs([running, reported])]
 
     assert asyncio.run(check()) == [running]
+
+
+def test_reports_from_the_submitting_thread_never_go_to_an_ended_loop(monkeypatch):
+    """The slurm plugin hands reports from its submitting thread to the loop that ran at its first run_jobs; once
+    that loop has ended such a callback never runs and the run waits forever. They are made directly then."""
+    ex = bare_executor(monkeypatch)
+    ended = asyncio.new_event_loop()
+    ended.close()
+    ex._main_event_loop = ended
+    ex._report_job_error_threadsafe(_Info(), "SLURM sbatch failed. The error message was 'sbatch: error: new'")
+    assert ex.calls == [("error", "SLURM sbatch failed. The error message was 'sbatch: error: new'")]

@@ -452,7 +452,21 @@ class Executor(SlurmExecutor):
             self.logger.error(line)
             self._for_good.add(job.jobid)
             msg = line
-        super()._report_job_error_threadsafe(job_info, msg)
+        self._on_main_loop(self.report_job_error, job_info, msg)
+
+    def _report_job_submission_threadsafe(self, job_info) -> None:
+        self._on_main_loop(self.report_job_submission, job_info)
+
+    def _on_main_loop(self, report, *args) -> None:
+        """Call ``report`` on the event loop the slurm plugin recorded at its first run_jobs, as the plugin does, but
+        only while that loop still runs: the plugin records whichever loop ran then, and a callback handed to a loop
+        that has ended never runs (seen: a run that waited forever after an sbatch refusal was reported so). Else
+        directly, as the plugin does without a loop (the scheduler's callbacks take its lock)."""
+        loop = self._main_event_loop
+        if loop is not None and loop.is_running() and not loop.is_closed():
+            loop.call_soon_threadsafe(report, *args)
+        else:
+            report(*args)
 
     def report_job_success(self, job_info) -> None:
         job_info.aux[REPORTED] = True

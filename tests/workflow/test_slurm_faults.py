@@ -7,7 +7,8 @@ logs.
 Faults: a member that fails on its first attempt (the profile's default retries) while the main Snakemake is
 stopped until SLURM forgets a finished allocation (MinJobAge); an allocation killed by its time limit (resubmitted
 with the walltime its ledger measured, no retry spent); five preemptions of one checkpoint (PreemptMode=CANCEL; no
-retry spent, memory not raised); the node set DOWN while an allocation runs (NODE_FAIL: no retry spent); the main
+retry spent, memory not raised); the controller away when the first allocation is submitted (a transient sbatch
+refusal, submitted again); the node set DOWN while an allocation runs (NODE_FAIL: no retry spent); the main
 Snakemake killed (kill -9) and restarted while its allocations run. Plus: the limit read from SLURM splits the
 checkpoint and no allocation asks more than the partition's MaxTime; one that would (a site file that overstates the
 limit) ends the run in one line naming the request, the limit and the key, under EnforcePartLimits=ALL (sbatch
@@ -219,9 +220,20 @@ def test_preempted_allocation_five_times(project, reference, times=5):
     assert_complete_and_once(project, reference, out)
 
 
-def test_node_set_down_during_an_allocation(project, reference):
+def test_controller_away_at_submission_then_node_set_down(project, reference):
+    """The controller is away when the run submits its first allocation (stopped, started again once sbatch was
+    refused): the refusal is transient, submitted again after a back-off, no retry spent. Later the node is set
+    DOWN under a running allocation: NODE_FAIL, its unfinished members resubmitted, no retry spent."""
     node = socket.gethostname().split(".")[0]
-    proc = start(project, delay=4)
+    # While the controller is away its limits cannot be read: the CI site's limit comes from the site file here.
+    site = project / "site-15.yaml"
+    site.write_text((REPO / "profiles/slurm-ci/site.yaml").read_text() + f"\nmax_runtime: {max_time_minutes()}\n")
+    scontrol("shutdown", "slurmctld")
+    try:
+        proc = start(project, "--config", "site_limits=none", f"site={site}", delay=4)
+        wait_for(lambda: "refused for now" in proc.output.read_text(), "sbatch refused while away", proc=proc)
+    finally:
+        start_controller()
     wait_for(finished_in_running_allocation(project, 3), "3 jobs finished in a running allocation", proc=proc)
     scontrol("update", f"NodeName={node}", "State=DOWN", "Reason=fault-test")  # SLURM kills its jobs: NODE_FAIL
     time.sleep(5)
@@ -231,8 +243,18 @@ def test_node_set_down_during_an_allocation(project, reference):
     stop_delays(project)
     rc, out = finish(proc)
     assert rc == 0, out[-4000:]
-    assert "NODE_FAIL" in out
+    assert re.search(r"sbatch of \S+ refused for now \(.*Unable to contact slurm controller", out), out[-4000:]
+    assert re.search(r"\) NODE_FAIL \(site event 1\).* retries untouched, attempt 1\)", out), out[-4000:]
+    assert "Trying to restart job" not in out
     assert_complete_and_once(project, reference, out)
+
+
+def start_controller() -> None:
+    """Start slurmctld again (as .ci/slurm/up.sh does: it forks into the background) and wait until it answers."""
+    if subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30).stdout.count("UP"):
+        return
+    subprocess.run(["slurmctld"], check=True, timeout=30)
+    wait_for(lambda: "UP" in subprocess.run(["scontrol", "ping"], capture_output=True, text=True).stdout, "slurmctld")
 
 
 def test_main_snakemake_killed_and_restarted_while_allocations_run(project, reference):
