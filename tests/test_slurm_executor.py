@@ -321,7 +321,6 @@ def bare_executor(monkeypatch) -> executor.Executor:
     """An executor without a workflow (no __post_init__): what the methods below read, and their calls recorded."""
     ex = executor.Executor.__new__(executor.Executor)
     ex.logger, ex._resubmitted, ex._for_good, ex._seen, ex._misses, ex._ours = _Log(), {}, set(), set(), {}, set()
-    ex._main_event_loop = None
     ex.calls = []
     monkeypatch.setattr(ex, "run_job", lambda job: ex.calls.append(("run_job", job.jobid)), raising=False)
     monkeypatch.setattr(ex, "report_job_success", lambda info: ex.calls.append(("success",)), raising=False)
@@ -342,6 +341,8 @@ def test_a_transient_sbatch_refusal_is_submitted_again_without_a_retry(monkeypat
 
 def test_a_limit_refusal_ends_the_allocation_for_good_in_one_line(monkeypatch):
     ex = bare_executor(monkeypatch)
+    plugin_report = lambda self, info, msg: self.report_job_error(info, msg)  # noqa: E731 (the plugin, no loop)
+    monkeypatch.setattr(executor.SlurmExecutor, "_report_job_error_threadsafe", plugin_report)
     monkeypatch.setattr(ex, "request_line", lambda info, why: f"can never start: {why}", raising=False)
     refusal = "sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some)"
     ex._report_job_error_threadsafe(_Info(), f"SLURM sbatch failed. The error message was '{refusal}'")
@@ -390,12 +391,12 @@ def test_a_job_the_plugin_neither_reported_nor_kept_stays_active(monkeypatch):
     assert asyncio.run(check()) == [running]
 
 
-def test_reports_from_the_submitting_thread_never_go_to_an_ended_loop(monkeypatch):
-    """The slurm plugin hands reports from its submitting thread to the loop that ran at its first run_jobs; once
-    that loop has ended such a callback never runs and the run waits forever. They are made directly then."""
-    ex = bare_executor(monkeypatch)
-    ended = asyncio.new_event_loop()
-    ended.close()
-    ex._main_event_loop = ended
-    ex._report_job_error_threadsafe(_Info(), "SLURM sbatch failed. The error message was 'sbatch: error: new'")
-    assert ex.calls == [("error", "SLURM sbatch failed. The error message was 'sbatch: error: new'")]
+def test_a_refused_submission_without_aux_is_marked_reported():
+    """sbatch refused: the plugin reports a SubmittedJobInfo(job) whose aux is None (seen: the mark raised in the
+    submitting thread, the report never reached the scheduler and the run waited forever)."""
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+    refused = SubmittedJobInfo(_Job())
+    assert refused.aux is None
+    executor.mark_reported(refused)
+    assert refused.aux == {executor.REPORTED: True}

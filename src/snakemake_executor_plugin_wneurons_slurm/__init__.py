@@ -235,6 +235,12 @@ SUBMIT_BACKOFF_S = (5, 10, 20, 40, 60, 120, 240)
 MISSES_BEFORE_GONE = 3
 
 
+def mark_reported(job_info) -> None:
+    """Mark a submitted job as reported finished or failed (its ``aux`` is None when sbatch refused it)."""
+    job_info.aux = job_info.aux if job_info.aux is not None else {}
+    job_info.aux[REPORTED] = True
+
+
 class Executor(SlurmExecutor):
     def __post_init__(self, test_mode: bool = False) -> None:
         super().__post_init__(test_mode=test_mode)
@@ -285,7 +291,7 @@ class Executor(SlurmExecutor):
         # where MinJobAge is below 3 x the init seconds): such a job would be lost, and the run would wait forever.
         # Whatever it neither reported nor kept is still active.
         for job in left:
-            if id(job) not in seen and not job.aux.get(REPORTED):
+            if id(job) not in seen and not (job.aux or {}).get(REPORTED):
                 yield job
         cap = self.workflow.executor_settings.max_seconds_between_status_checks
         if cap and self.next_seconds_between_status_checks > cap:
@@ -452,28 +458,14 @@ class Executor(SlurmExecutor):
             self.logger.error(line)
             self._for_good.add(job.jobid)
             msg = line
-        self._on_main_loop(self.report_job_error, job_info, msg)
-
-    def _report_job_submission_threadsafe(self, job_info) -> None:
-        self._on_main_loop(self.report_job_submission, job_info)
-
-    def _on_main_loop(self, report, *args) -> None:
-        """Call ``report`` on the event loop the slurm plugin recorded at its first run_jobs, as the plugin does, but
-        only while that loop still runs: the plugin records whichever loop ran then, and a callback handed to a loop
-        that has ended never runs (seen: a run that waited forever after an sbatch refusal was reported so). Else
-        directly, as the plugin does without a loop (the scheduler's callbacks take its lock)."""
-        loop = self._main_event_loop
-        if loop is not None and loop.is_running() and not loop.is_closed():
-            loop.call_soon_threadsafe(report, *args)
-        else:
-            report(*args)
+        super()._report_job_error_threadsafe(job_info, msg)
 
     def report_job_success(self, job_info) -> None:
-        job_info.aux[REPORTED] = True
+        mark_reported(job_info)
         super().report_job_success(job_info)
 
     def report_job_error(self, job_info, msg=None, **kwargs) -> None:
-        job_info.aux[REPORTED] = True
+        mark_reported(job_info)
         job = job_info.job
         # No SLURM job id: sbatch refused the submission, so nothing ran and nothing is waited for.
         if job_info.external_jobid and not wait_until_gone(str(job_info.external_jobid)):

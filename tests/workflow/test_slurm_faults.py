@@ -244,7 +244,7 @@ def test_controller_away_at_submission_then_node_set_down(project, reference):
     rc, out = finish(proc)
     assert rc == 0, out[-4000:]
     assert re.search(r"sbatch of \S+ refused for now \(.*Unable to contact slurm controller", out), out[-4000:]
-    assert re.search(r"\) NODE_FAIL \(site event 1\).* retries untouched, attempt 1\)", out), out[-4000:]
+    assert re.search(r"\) NODE_FAIL \(site event \d+\).* retries untouched, attempt 1\)", out), out[-4000:]
     assert "Trying to restart job" not in out
     assert_complete_and_once(project, reference, out)
 
