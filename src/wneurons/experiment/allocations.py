@@ -35,6 +35,7 @@ from wneurons.experiment.grid import (
     precision_name,
     shard_bytes,
 )
+from wneurons.experiment.measured_rates import MeasuredRates
 from wneurons.store import lmeval_tasks
 
 # ---------------------------------------------------------------- work: tokens a job runs through the model
@@ -449,8 +450,6 @@ class Planner:
         self.config, self.site, self.runtime_source, self.root = config, site, runtime_source, root
         self.measured = None
         if site.rates:
-            from wneurons.experiment.rates import MeasuredRates  # rates imports this module
-
             self.measured = MeasuredRates.load(site_path(site.rates, root))
         self.sources: Counter[str] = Counter()
         self._plans: dict[tuple[str, str], dict[JobKey, tuple[int, int]]] = {}
