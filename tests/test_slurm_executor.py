@@ -321,6 +321,7 @@ def bare_executor(monkeypatch) -> executor.Executor:
     """An executor without a workflow (no __post_init__): what the methods below read, and their calls recorded."""
     ex = executor.Executor.__new__(executor.Executor)
     ex.logger, ex._resubmitted, ex._for_good, ex._seen, ex._misses, ex._ours = _Log(), {}, set(), set(), {}, set()
+    ex._never_start = {}
     ex.calls = []
     monkeypatch.setattr(ex, "run_job", lambda job: ex.calls.append(("run_job", job.jobid)), raising=False)
     monkeypatch.setattr(ex, "report_job_success", lambda info: ex.calls.append(("success",)), raising=False)
@@ -400,3 +401,18 @@ def test_a_refused_submission_without_aux_is_marked_reported():
     assert refused.aux is None
     executor.mark_reported(refused)
     assert refused.aux == {executor.REPORTED: True}
+
+
+def test_a_pending_reason_no_wait_clears_ends_the_allocation_once_it_holds(monkeypatch):
+    """Held for good at NEVER_START_CHECKS checks in a row (a first reason may be replaced at the next scheduling
+    pass): then cancelled and ended without a retry, naming the last reason."""
+    ex = bare_executor(monkeypatch)
+    monkeypatch.setattr(executor.subprocess, "run", lambda cmd, **kw: ex.calls.append(tuple(cmd)))
+    monkeypatch.setattr(ex, "request_line", lambda info, why: f"can never start: {why}", raising=False)
+    info = _Info("9")
+    assert not ex.site_event(info, {"9": ("PENDING", "PartitionConfig")})
+    assert not ex.site_event(info, {"9": ("PENDING", "Priority")})  # a reason that clears: the count starts over
+    assert not ex.site_event(info, {"9": ("PENDING", "PartitionConfig")})
+    assert ex.site_event(info, {"9": ("PENDING", "PartitionTimeLimit")})
+    assert ex.calls == [("scancel", "9"), ("error", "can never start: SLURM holds it PENDING (PartitionTimeLimit)")]
+    assert ex._for_good == {7}

@@ -231,6 +231,8 @@ if not getattr(slurm_plugin.query_job_status, "wneurons", False):
 MAX_RESUBMISSIONS = 20
 # Seconds between sbatch attempts after a transient refusal (controller restarting, MaxSubmit): doubled each time.
 SUBMIT_BACKOFF_S = (5, 10, 20, 40, 60, 120, 240)
+# Status checks in a row that must give a job a pending reason no wait clears before it is ended.
+NEVER_START_CHECKS = 2
 # Status checks in a row that must miss a job never seen in squeue before it counts as gone.
 MISSES_BEFORE_GONE = 3
 
@@ -246,6 +248,7 @@ class Executor(SlurmExecutor):
         super().__post_init__(test_mode=test_mode)
         self._seen: set[str] = set()  # SLURM job ids squeue has listed
         self._misses: dict[str, int] = {}  # never listed yet: status checks that missed it
+        self._never_start: dict[str, int] = {}  # SLURM job id -> checks in a row it was held for good
         self._ours: set[str] = set()  # job ids this executor cancelled itself
         self._resubmitted: dict[int, int] = {}  # Snakemake job id -> resubmissions spent on site events
         self._for_good: set[int] = set()  # Snakemake job ids ended without a retry (handle_job_error)
@@ -306,7 +309,12 @@ class Executor(SlurmExecutor):
         self._seen.add(jobid)
         self._misses.pop(jobid, None)
         state, reason = states[jobid]
-        if state == "PENDING" and slurm_site.never_starts(reason):
+        # A reason that no wait clears, seen at NEVER_START_CHECKS checks in a row: right after a submission or a
+        # reconfigure SLURM may give one that the next scheduling pass replaces (seen: PartitionConfig, then
+        # PartitionTimeLimit).
+        never = state == "PENDING" and slurm_site.never_starts(reason)
+        self._never_start[jobid] = self._never_start.get(jobid, 0) + 1 if never else 0
+        if self._never_start[jobid] >= NEVER_START_CHECKS:
             self.end_for_good(job_info, self.request_line(job_info, f"SLURM holds it PENDING ({reason})"), cancel=True)
             return True
         if state == "TIMEOUT":
