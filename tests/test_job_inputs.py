@@ -44,7 +44,7 @@ def test_unallocated_jobs_grow_with_attempt_and_stop_at_the_site_limits(config):
 
 
 def test_a_site_max_mem_mb_below_an_allocated_jobs_need_is_one_line_naming_it(config):
-    from wneurons.experiment.slurm_site import SiteLimits, memory_source
+    from wneurons.experiment.slurm_site import SiteLimits, limit_source
 
     needs = {
         (r, m): allocations.job_mem_mb(config, allocations.Site(), r, w)
@@ -57,10 +57,12 @@ def test_a_site_max_mem_mb_below_an_allocated_jobs_need_is_one_line_naming_it(co
     with pytest.raises(ValueError, match=rf"^site: max_mem_mb {need - 1:,} MB \(site file, max_mem_mb\) is below"):
         allocations.check_job_memory(config, allocations.Site(max_mem_mb=need - 1))
     with pytest.raises(ValueError, match=rf"{rule} {model}/\S+ needs: {need:,} MB"):
-        allocations.check_job_memory(config, allocations.Site(max_mem_mb=need - 1), memory_source(set(), None))
+        allocations.check_job_memory(
+            config, allocations.Site(max_mem_mb=need - 1), limit_source("max_mem_mb", {"max_mem_mb"}, None)
+        )
     limits = SiteLimits(partition="gpu", max_time_min=None, max_mem_mb=64000, gpus_per_node=4)
-    assert memory_source(set(), limits).startswith("read from SLURM: partition gpu's MaxMemPerNode")
-    assert memory_source({"max_mem_mb"}, limits) == "site file, max_mem_mb"
+    assert limit_source("max_mem_mb", set(), limits).startswith("read from SLURM: partition gpu's MaxMemPerNode")
+    assert limit_source("max_mem_mb", {"max_mem_mb"}, limits) == "site file, max_mem_mb"
 
 
 def test_a_hub_models_input_is_its_staged_manifest_and_a_local_model_has_none(config):

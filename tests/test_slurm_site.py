@@ -65,8 +65,8 @@ def test_the_site_file_wins_and_a_disagreement_is_one_line(tmp_path):
     kept, notes = slurm_site.with_limits(over, {"max_runtime"}, limits, "site.yaml")
     assert kept.max_runtime == 600 and kept.max_mem_mb == 19284
     assert len(notes) == 2 and "site.yaml sets max_runtime 600 min, above what partition ci allows (15 min)" in notes[1]
-    assert slurm_site.runtime_source("slurm", set(), limits).startswith("read from SLURM: partition ci")
-    assert slurm_site.runtime_source("slurm", {"max_runtime"}, limits) == "site file, max_runtime"
+    assert slurm_site.limit_source("max_runtime", set(), limits).startswith("read from SLURM: partition ci")
+    assert slurm_site.limit_source("max_runtime", {"max_runtime"}, limits) == "site file, max_runtime"
 
 
 def test_an_unreachable_site_plans_with_the_file_and_says_why(monkeypatch):
@@ -102,7 +102,8 @@ def test_states_and_refusals_classified():
     assert slurm_site.classify_state("NODE_FAIL", False) == slurm_site.RESUBMIT
     assert slurm_site.classify_state("CANCELLED", cancelled_by_us=False) == slurm_site.STOP
     assert slurm_site.classify_state("CANCELLED", cancelled_by_us=True) == slurm_site.RETRY
-    assert slurm_site.classify_state("TIMEOUT", False) == slurm_site.RETRY
+    assert slurm_site.classify_state("TIMEOUT", False) == slurm_site.GROW
+    assert slurm_site.classify_state("OUT_OF_MEMORY", False) == slurm_site.RETRY
     assert slurm_site.classify_state("RUNNING", False) is None and slurm_site.classify_state("COMPLETED", False) is None
     limit = "sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some)"
     assert slurm_site.classify_refusal(limit) == slurm_site.LIMIT

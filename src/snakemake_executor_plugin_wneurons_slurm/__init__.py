@@ -183,7 +183,8 @@ def _without_secrets(get_submit_command):
     return build
 
 
-# The states Executor.site_event always handles itself (the plugin must never act on them).
+# The states Executor.site_event always handles itself (the plugin must never act on them: classify_state's
+# RESUBMIT and GROW).
 HANDLED_FIRST = (*slurm_site.RESUBMIT_STATES, "TIMEOUT")
 
 
@@ -317,10 +318,10 @@ class Executor(SlurmExecutor):
         if self._never_start[jobid] >= NEVER_START_CHECKS:
             self.end_for_good(job_info, self.request_line(job_info, f"SLURM holds it PENDING ({reason})"), cancel=True)
             return True
-        if state == "TIMEOUT":
+        kind = slurm_site.classify_state(state, cancelled_by_us=jobid in self._ours)
+        if kind == slurm_site.GROW:
             self.timed_out(job_info)
             return True
-        kind = slurm_site.classify_state(state, cancelled_by_us=jobid in self._ours)
         if kind == slurm_site.RESUBMIT:
             self.resubmit(job_info, state)
             return True

@@ -210,6 +210,7 @@ def of_config(function):
 try:
     SITE_FILE = allocations.site_path(config["site"], workflow.basedir)
     SITE = allocations.Site.from_file(SITE_FILE)
+    SITE_KEYS = slurm_site.given_keys(SITE_FILE)
     # `site_limits: slurm` (profiles/slurm): the limits SLURM states, where the site file is silent. Not inside an
     # allocation (its inner run submits nothing, and hundreds of allocations would each ask the controller).
     # Where SLURM cannot be asked (a dry run on a laptop), one line says the plan uses the site file or the
@@ -218,22 +219,20 @@ try:
         config["site_limits"] == "slurm"
         and slurm_site.ALLOCATION_VARIABLE not in os.environ
     ):
-        SITE, notes = slurm_site.site_from_slurm(SITE, SITE_FILE)
+        SITE, notes = slurm_site.site_from_slurm(SITE, SITE_FILE, SITE_KEYS)
         print("\n".join(notes), file=sys.stderr)
     # A max_mem_mb below a job's need: one line now, not a job capped in silence and killed for memory.
     allocations.check_job_memory(
         config,
         SITE,
-        slurm_site.memory_source(slurm_site.given_keys(SITE_FILE), slurm_site.LIMITS),
+        slurm_site.limit_source("max_mem_mb", SITE_KEYS, slurm_site.LIMITS),
     )
 except ValueError as err:
     sys.exit(str(err))
 PLANNER = allocations.Planner(
     config,
     SITE,
-    slurm_site.runtime_source(
-        config["site_limits"], slurm_site.given_keys(SITE_FILE), slurm_site.LIMITS
-    ),
+    slurm_site.limit_source("max_runtime", SITE_KEYS, slurm_site.LIMITS),
 )
 # Every allocation group (gpu-{model}-{revision}-a{k}) is one group job however many connected components its jobs
 # form: Snakemake looks their number up under the group's parent id, which profiles/slurm's `group-components` sets.

@@ -169,20 +169,18 @@ def with_limits(site, given: set[str], limits: SiteLimits, site_file: str | None
     return replace(site, **values), notes
 
 
-def runtime_source(site_limits: str, given: set[str], limits: SiteLimits | None) -> str:
-    """Where the planner's max_runtime comes from, in the words of the error that names it."""
-    if "max_runtime" in given:
-        return "site file, max_runtime"
-    if site_limits == "slurm" and limits is not None and limits.max_runtime is not None:
-        return f"read from SLURM: partition {limits.partition}'s MaxTime / its QOS's MaxWall"
-    return "the default; set max_runtime in a site file"
+# What SLURM states for each limit of the site file, in the words of the errors that name a limit's source.
+READ_FROM = {"max_runtime": "MaxTime / its QOS's MaxWall", "max_mem_mb": "MaxMemPerNode / its largest node's memory"}
 
 
-def memory_source(given: set[str], limits: SiteLimits | None) -> str:
-    """Where the planner's max_mem_mb comes from, in the words of the error that names it."""
-    if "max_mem_mb" not in given and limits is not None and limits.max_mem_mb is not None:
-        return f"read from SLURM: partition {limits.partition}'s MaxMemPerNode / its largest node's memory"
-    return "site file, max_mem_mb"
+def limit_source(key: str, given: set[str], limits: SiteLimits | None) -> str:
+    """Where the planner's ``key`` (max_runtime, max_mem_mb) comes from, in the words of the error that names it:
+    the site file, what SLURM stated (``limits``, read under ``site_limits: slurm``), or the default."""
+    if key in given:
+        return f"site file, {key}"
+    if limits is not None and getattr(limits, key) is not None:
+        return f"read from SLURM: partition {limits.partition}'s {READ_FROM[key]}"
+    return f"the default; set {key} in a site file"
 
 
 # Why the last :func:`site_from_slurm` of this process could not read the site (None: it could, or never tried).
@@ -193,10 +191,13 @@ LIMITS: SiteLimits | None = None
 MAX_RUNTIME: int | None = None
 
 
-def site_from_slurm(site, site_file: str | None, run: Run = _run) -> tuple[object, list[str]]:
+def site_from_slurm(
+    site, site_file: str | None, given: set[str] | None = None, run: Run = _run
+) -> tuple[object, list[str]]:
     """``site`` with the limits SLURM states for its GPU partition and QOS (:func:`with_limits`) and the lines to
     print. Where SLURM cannot be asked, ``site`` unchanged, a line that says so, and :data:`READ_ERROR` set: a dry run
-    still plans (with the site file or the defaults), the executor refuses to submit."""
+    still plans (with the site file or the defaults), the executor refuses to submit. ``given``: the site file's
+    keys (:func:`given_keys`), where the caller has read them already."""
     global READ_ERROR, LIMITS, MAX_RUNTIME
     try:
         LIMITS = read_limits(site.gpu_partition, site.gpu_qos, run)
@@ -205,7 +206,7 @@ def site_from_slurm(site, site_file: str | None, run: Run = _run) -> tuple[objec
         where = site_file or "the defaults"
         return site, [f"{READ_ERROR}; planned with {where} ({site.max_runtime} min per allocation) instead"]
     READ_ERROR = None
-    site, notes = with_limits(site, given_keys(site_file), LIMITS, site_file)
+    site, notes = with_limits(site, given_keys(site_file) if given is None else given, LIMITS, site_file)
     MAX_RUNTIME = site.max_runtime
     return site, notes
 
@@ -240,10 +241,10 @@ def never_starts(reason: str) -> bool:
 
 
 # Job states -> what the executor does. RESUBMIT: the site took the allocation away (preemption, a node that failed
-# or never booted): its unfinished members are submitted again at the same request, no retry spent. STOP: a user or
-# admin cancelled it: not resubmitted. The others are failures of the allocation itself: Snakemake's retries
-# (memory grows with the attempt).
-RESUBMIT, STOP, RETRY = "resubmit", "stop", "retry"
+# or never booted): its unfinished members are submitted again at the same request, no retry spent. GROW: it hit its
+# walltime: resubmitted with a walltime grown from what it finished, no retry spent. STOP: a user or admin cancelled
+# it: not resubmitted. RETRY: a failure of the allocation itself: Snakemake's retries (memory grows with the attempt).
+RESUBMIT, GROW, STOP, RETRY = "resubmit", "grow", "stop", "retry"
 RESUBMIT_STATES = ("PREEMPTED", "NODE_FAIL", "BOOT_FAIL")
 
 
@@ -254,7 +255,9 @@ def classify_state(state: str, cancelled_by_us: bool) -> str | None:
         return RESUBMIT
     if state == "CANCELLED":
         return RETRY if cancelled_by_us else STOP
-    if state in ("FAILED", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE"):
+    if state == "TIMEOUT":
+        return GROW
+    if state in ("FAILED", "OUT_OF_MEMORY", "DEADLINE"):
         return RETRY
     return None
 
