@@ -35,14 +35,17 @@ def _mentions() -> list[tuple[str, int, str]]:
     """(doc, line, text) of every backticked span and every line of a fenced block."""
     found = []
     for doc in DOCS:
-        fenced = False
+        fenced, held = False, ""  # held: a fenced line continued by a trailing backslash, joined as the shell does
         for number, line in enumerate(doc.read_text().splitlines(), 1):
             if line.strip().startswith("```"):
                 fenced = not fenced
                 continue
             name = str(doc.relative_to(ROOT))
-            if fenced:
-                found.append((name, number, line.strip().removeprefix("$ ")))
+            if fenced and line.rstrip().endswith("\\"):
+                held += line.strip().removeprefix("$ ")[:-1] + " "
+            elif fenced:
+                found.append((name, number, held + line.strip().removeprefix("$ ")))
+                held = ""
             else:
                 found += [(name, number, span.strip()) for span in re.findall(r"`([^`]+)`", line)]
     return found

@@ -195,27 +195,35 @@ def matched_reach(run: Run, model: str, percent: float = 1.0) -> float | None:
     return m["delta_nll"] / w["delta_nll"] if w["delta_nll"] > 0 else None
 
 
+def search_match(record: dict) -> tuple[str, list[str]]:
+    """(state, words) of a matched control's search record (``ppl.json``'s matched condition, or ``search.json``
+    as ``{"matched_search": ...}``): "nothing" (W does not raise perplexity, as C9 reads it), "stronger" / "weaker"
+    (its perplexity beyond the search's tolerance of W's, above / below), "matched" or "unknown" (no perplexities
+    recorded)."""
+    searched, words = _search_state(record)
+    if searched == "no_increase":
+        return "nothing", [f"matched nothing (C9): {words}"]
+    search = record.get("matched_search", {})
+    achieved, target = search.get("perplexity"), search.get("target_perplexity")
+    tolerance = search.get("tolerance", 0.0) or 0.0
+    if achieved is None or not target:
+        return "unknown", []
+    gap = achieved / target - 1
+    sign = "+" if gap >= 0 else ""
+    state = "stronger" if gap > tolerance else "weaker" if gap < -tolerance else "matched"
+    return state, [f"perplexity {fmt(achieved)} vs W's {fmt(target)} ({sign}{fmt(100 * gap)}%)"]
+
+
 def control_match(run: Run, model: str, percent: float = 1.0) -> tuple[str, str]:
-    """(state, words) of how well the matched control matched W: "matched", "weaker" (its perplexity stays below
-    W's beyond the search's tolerance, or its NLL increase reaches less than MATCHED_REACH of W's), "stronger"
-    (its perplexity overshoots W's beyond the tolerance), "nothing" (W does not raise perplexity: the search, as
-    C9 reads it, had nothing to match, so the control stands in for nothing) or "unknown" (neither the search nor
-    paired perplexities are in the run). Reads the matched search's achieved vs target perplexity (``ppl.json``)
-    and the paired perplexity rows' NLL increases."""
+    """(state, words) of how well the matched control matched W: :func:`search_match` of its search record, then
+    "weaker" also where its NLL increase reaches less than MATCHED_REACH of W's (the paired perplexity rows);
+    "unknown" where neither the search nor paired perplexities are in the run."""
     parts, state = [], "unknown"
     try:
         record, _ = matched_search(run, model, percent)
-        searched, words = _search_state(record)
-        if searched == "no_increase":
-            return "nothing", f"matched control matched nothing (C9): {words}"
-        search = record.get("matched_search", {})
-        achieved, target = search.get("perplexity"), search.get("target_perplexity")
-        tolerance = search.get("tolerance", 0.0) or 0.0
-        if achieved is not None and target:
-            gap = achieved / target - 1
-            sign = "+" if gap >= 0 else ""
-            parts.append(f"perplexity {fmt(achieved)} vs W's {fmt(target)} ({sign}{fmt(100 * gap)}%)")
-            state = "stronger" if gap > tolerance else "weaker" if gap < -tolerance else "matched"
+        state, parts = search_match(record)
+        if state == "nothing":
+            return state, f"matched control {parts[0]}"
     except NotRun:
         pass
     reach = matched_reach(run, model, percent)
