@@ -392,8 +392,9 @@ def claims_markdown(
 CI_WORDS = (
     "95% percentile bootstraps, paired over items (BLiMP, TSE) or windows (perplexity); one trial's accuracy "
     "difference: the bootstrap's exact limit (no Monte Carlo error); pooled random trials resample the neuron "
-    "draws, then the items (two-stage), with as many resamples as bring each endpoint's Monte Carlo error under a "
-    "quarter of one item step (stated per row in the paired tables, ci_mc_error). Tests: exact McNemar on one "
+    "draws, then the items (two-stage), with as many resamples (up to 256,000) as bring each endpoint's 99% Monte "
+    "Carlo error bound under half an item step (stated per row in the paired tables, ci_mc_error). Tests: exact "
+    "McNemar on one "
     "trial; pooled random trials: exact sign test over per-item mean differences. A difference a claim needs is "
     "also tested for equivalence: its (1 − 2α) interval inside the claim's margin (two one-sided tests at the "
     'claim\'s α) decides "does not hold (equivalent within ±m)". No CI from fewer than 10 items / windows / '
