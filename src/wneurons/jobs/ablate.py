@@ -179,7 +179,8 @@ def matched_search_job(
             f"{condition['selector']} at {condition['percent']:g}%"
         )
     target = target_result["scores"]["perplexity"]
-    clean = io.read_json(clean_path)["scores"]["perplexity"]
+    clean_result = io.read_json(clean_path)
+    clean = clean_result["scores"]["perplexity"]
     stats = _read_neurons(neurons_path)
     with configured_model(spec, evaluation["dtype"]) as (model, tokenizer):
         window_bos = window_bos_of(spec, model, tokenizer)[0]
@@ -188,6 +189,11 @@ def matched_search_job(
         result = search_matched_percent(model, tokenizer, stats, text, target, clean, evaluation, search, window_bos)
         result["wasserstein_percent"] = search["percent"]
         result["clean_perplexity"] = clean
+        # The search branches on its inputs' last bits (neuron counts round m): which thread counts computed them.
+        result["input_torch_threads"] = {
+            "target": target_result.get("provenance", {}).get("torch_threads"),
+            "clean": clean_result.get("provenance", {}).get("torch_threads"),
+        }
         result["cohort_source"] = search["cohort_source"]
         result["count_rule"] = search["count_rule"]
         result["provenance"] = io.provenance(

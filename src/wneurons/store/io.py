@@ -209,12 +209,15 @@ def sha256_files(paths: list[str | os.PathLike]) -> str:
 
 
 def provenance(**fields: Any) -> dict[str, Any]:
-    """The provenance block every result records: the caller's fields plus package and library versions."""
+    """The provenance block every result records: the caller's fields plus package and library versions and the
+    torch thread count of the calling thread (the job's: float32 reductions split by it, so two results computed
+    at different counts may differ in their last bits, which a search on them can amplify: issue 44)."""
     import torch
     import transformers
 
     return {
         **fields,
+        "torch_threads": torch.get_num_threads(),
         "wneurons_version": __version__,
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
