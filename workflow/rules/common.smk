@@ -22,6 +22,7 @@ from wneurons.experiment import (
     paths,
     reporting,
     scratch,
+    shard_space,
     slurm_site,
     targets,
     training,
@@ -163,8 +164,27 @@ def hub_preflight():
         )
 
 
+def shard_preflight():
+    """Before any job of a real run: every collection's shards fit the free space where they go, and so do the
+    shards the `activations_mb` budget lets run at once (wneurons.experiment.shard_space; review N9)."""
+    if not workflow.is_main_process or workflow.touch:
+        return
+    jobs = [job for job in workflow.dag.needrun_jobs() if job.rule.name == "collect_activations"]
+    budget = workflow.global_resources.get("activations_mb")
+    problems = shard_space.shard_space_problems(
+        [
+            (f"{j.wildcards.model}@{j.wildcards.revision}", str(j.output[0]), int(j.resources["activations_mb"]))
+            for j in jobs
+        ],
+        None if budget is None else int(getattr(budget, "value", budget)),
+    )
+    if problems:
+        sys.exit("shard preflight: no job was started:\n" + "\n".join(problems))
+
+
 onstart:
     hub_preflight()
+    shard_preflight()
 
 
 def run_script(name, input, output, params, wildcards, threads, log, rule_name=None):

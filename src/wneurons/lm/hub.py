@@ -33,7 +33,6 @@ import difflib
 import importlib
 import os
 import re
-import shutil
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -43,6 +42,7 @@ from wneurons.lm.hub_files import FilePlan, plan_files
 from wneurons.lm.hub_integrity import weight_integrity
 from wneurons.lm.hub_staging import expected_size, fetched_bytes
 from wneurons.store.checkpoints import STEP_REVISION
+from wneurons.store.io import free_bytes
 from wneurons.store.staged import StagingError, weight_records
 
 __all__ = [
@@ -256,14 +256,6 @@ class StageRequest(NamedTuple):
     out_dir: str
     layers: tuple[int, ...] | None = None
     family: str | None = None
-
-
-def free_bytes(directory: str | os.PathLike) -> int:
-    """Free bytes on the file system that holds (or will hold) ``directory``: its nearest existing ancestor's."""
-    path = Path(directory).absolute()
-    while not path.exists():
-        path = path.parent
-    return shutil.disk_usage(path).free
 
 
 def _gb(n: int) -> str:

@@ -223,3 +223,16 @@ def provenance(**fields: Any) -> dict[str, Any]:
         "transformers_version": transformers.__version__,
         "python_version": platform.python_version(),
     }
+
+
+def existing_ancestor(directory: str | os.PathLike) -> Path:
+    """``directory`` if it exists, else its nearest existing ancestor: where a directory not yet created will live."""
+    path = Path(directory).absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def free_bytes(directory: str | os.PathLike) -> int:
+    """Free bytes on the file system that holds (or will hold) ``directory``."""
+    return shutil.disk_usage(existing_ancestor(directory)).free
