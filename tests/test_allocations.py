@@ -75,7 +75,7 @@ def test_statistics_longer_than_the_limit_split_into_the_fewest_layer_ranges_tha
     planner = Planner(config, site, root=REPO / "tests")
     model, revision = "pythia-12b", config["models"]["pythia-12b"]["final_revision"]
     base = {"model": model, "revision": revision}
-    whole, _ = planner._estimate("neuron_stats", base)
+    whole = allocations.job_estimate_minutes(config, site, "neuron_stats", base)  # at the stated rate, as planned
     load = allocations.allocation_load_minutes(config, model)
     assert allocation_ask([whole], load, site.margin) > site.max_runtime
     parts = planner.stats_parts(model, revision)

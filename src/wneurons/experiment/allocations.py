@@ -296,9 +296,7 @@ def stats_join_mem_mb(config: dict, site: Site, wildcards: dict, attempt: int = 
     """Host memory (MB) of the join of a split statistics job: 2 GB of process and its revision's statistics table
     three times over (the parts read, their concatenation, the table written), x ``attempt``, capped as
     :func:`job_mem_mb`."""
-    rows = len(revision_layers(config, wildcards["model"], wildcards["revision"]))
-    rows *= neurons_per_layer_of(config, wildcards["model"])
-    mb = int((2000 + 3 * rows * STATS_ROW_BYTES / 2**20) * attempt)
+    mb = int((2000 + 3 * statistics_rows(config, wildcards) * STATS_ROW_BYTES / 2**20) * attempt)
     return min(mb, site.max_mem_mb) if site.max_mem_mb else mb
 
 
@@ -349,6 +347,11 @@ def statistics_layers(config: dict, wildcards: dict) -> list[int]:
     (:data:`STATS_PART`, wildcard ``layers``) those of its range (:func:`layers_in_range`)."""
     layers = revision_layers(config, wildcards["model"], wildcards["revision"])
     return layers_in_range(layers, wildcards["layers"]) if "layers" in wildcards else layers
+
+
+def statistics_rows(config: dict, wildcards: dict) -> int:
+    """Rows of a statistics job's table: one per neuron of its layers (:func:`statistics_layers`)."""
+    return len(statistics_layers(config, wildcards)) * neurons_per_layer_of(config, wildcards["model"])
 
 
 def layer_ranges(layers: list[int], n_parts: int) -> list[str]:
@@ -562,10 +565,7 @@ class Planner:
         The statistics of a revision split into parts (:meth:`stats_parts`): neuron_stats only joins their tables
         (:data:`STATS_ROW_BYTES` a neuron, read and written at the stated rate)."""
         if rule == "neuron_stats" and self.stats_parts(wildcards["model"], wildcards["revision"]):
-            rows = len(statistics_layers(self.config, wildcards)) * neurons_per_layer_of(
-                self.config, wildcards["model"]
-            )
-            return 2 * rows * STATS_ROW_BYTES / STATS_BYTES_PER_S / 60, "stated"
+            return 2 * statistics_rows(self.config, wildcards) * STATS_ROW_BYTES / STATS_BYTES_PER_S / 60, "stated"
         return self._estimate(rule, wildcards)
 
     def _estimate(self, rule: str, wildcards: dict) -> tuple[float, str]:
