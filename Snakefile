@@ -51,6 +51,7 @@ wildcard_constraints:
     selector="|".join(grid.SELECTORS),
     percent="[0-9]+(\.[0-9]+)?",
     trial="[0-9]+",
+    layers="[0-9]+-[0-9]+",
 
 
 rule all:

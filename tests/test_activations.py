@@ -542,3 +542,30 @@ def test_collection_and_statistics_are_bit_reproducible(tiny_model, tmp_path, mo
         tables.append(stats.neuron_statistics(dirs[0], wd_method="both", md_pairs=30, chunk_neurons=chunk))
     assert tables[0]["md"].is_not_nan().all()
     assert all(table.equals(tables[0]) for table in tables[1:])
+
+
+def test_statistics_split_by_layer_range_join_to_the_same_bytes(tiny_model, tmp_path):
+    """A revision's statistics run as parts over layer ranges (the planner's split, where one job is longer than the
+    site allows) and joined: the same file, byte for byte, as one job over every layer; parts that leave out a
+    layer, or come out of order, are refused."""
+    from wneurons.jobs.neurons import join_neuron_stats, neuron_stats_job, neuron_stats_part_job
+    from wneurons.store import io
+
+    model = tiny_model("llama")
+    out = tmp_path / "shards"
+    collect_activation_shards(model, CharTokenizer(), TEXT, out, window=WINDOW, md_tokens=40, dtype="float16")
+    spec = {"name": "tiny", "revision": "main", "local_path": str(tmp_path)}
+    params = {"wd_method": "both", "md_pairs": 15, "seed": 5}
+    whole = tmp_path / "neurons.parquet"
+    neuron_stats_job(spec, str(out), str(whole), params)
+    parts = [str(tmp_path / f"part{k}.parquet") for k in range(2)]
+    for path, layers in zip(parts, [[0, 1], [2]], strict=True):
+        neuron_stats_part_job(spec, str(out), path, params | {"layers": layers})
+    joined = tmp_path / "joined.parquet"
+    neuron_stats_job(spec, None, str(joined), params, parts=parts)
+    assert joined.read_bytes() == whole.read_bytes()
+    assert "part_layers" in io.read_parquet_metadata(parts[0]) and "part_layers" not in io.read_parquet_metadata(joined)
+    with pytest.raises(ValueError, match=r"cover layers \[0, 1\], not \[0, 1, 2\]"):
+        join_neuron_stats(parts[:1], str(tmp_path / "short.parquet"))
+    with pytest.raises(ValueError, match=r"cover layers \[2, 0, 1\]"):
+        join_neuron_stats(parts[::-1], str(tmp_path / "reversed.parquet"))

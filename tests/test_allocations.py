@@ -52,20 +52,64 @@ def test_pack_asks_one_margin_one_load_and_no_rounding_per_job():
 @pytest.mark.parametrize("limit", [240, 1440])
 def test_the_grid_asks_at_most_one_and_a_half_times_what_the_planner_expects(limit):
     """Requested / expected GPU-hours of the paper grid (expected: the estimates without margin plus one load per
-    allocation), on the default site and one of 4 h; checkpoints with a job longer than 4 h are refused (N6)."""
+    allocation), on the default site and one of 4 h, where every checkpoint plans (N6: the statistics longer than
+    4 h split by layer range)."""
     config = config_of("config.yaml")
     planner = Planner(config, Site(max_runtime=limit), root=REPO / "tests")  # no staged suite there
     asked = expected = 0.0
     for model, revision in checkpoints(config):
-        try:
-            per_allocation = planner.allocation_minutes(model, revision)
-        except allocations.AllocationTooLong:
-            assert limit < 1440
-            continue
+        per_allocation = planner.allocation_minutes(model, revision)
         assert all(a <= limit for a, _ in per_allocation)
         asked += sum(a for a, _ in per_allocation)
         expected += sum(e for _, e in per_allocation)
     assert 1 <= asked / expected <= 1.5
+
+
+def test_statistics_longer_than_the_limit_split_into_the_fewest_layer_ranges_that_fit():
+    """On a 4 h site the paper grid's longest statistics (pythia-12b's 36 layers, ~8 h) split into the fewest
+    contiguous layer ranges whose largest fits one allocation alone, one fewer would not; every part is planned
+    within the limit before neuron_stats, which only joins them; statistics that fit (pythia-70m's, and all of
+    them on the default 24 h site) stay one job."""
+    config = config_of("config.yaml")
+    site = Site(max_runtime=240)
+    planner = Planner(config, site, root=REPO / "tests")
+    model, revision = "pythia-12b", config["models"]["pythia-12b"]["final_revision"]
+    base = {"model": model, "revision": revision}
+    whole = allocations.job_estimate_minutes(config, site, "neuron_stats", base)  # at the stated rate, as planned
+    load = allocations.allocation_load_minutes(config, model)
+    assert allocation_ask([whole], load, site.margin) > site.max_runtime
+    parts = planner.stats_parts(model, revision)
+    assert parts == ["0-11", "12-23", "24-35"]
+    covered = [layer for r in parts for layer in allocations.layers_in_range(list(range(36)), r)]
+    assert covered == list(range(36))
+    estimates = [planner.estimate(allocations.STATS_PART, base | {"layers": r})[0] for r in parts]
+    assert sum(estimates) == pytest.approx(whole)
+    assert all(allocation_ask([e], load, site.margin) <= site.max_runtime for e in estimates)
+    assert allocation_ask([whole * 18 / 36], load, site.margin) > site.max_runtime  # two parts would not fit
+    assert planner.estimate("neuron_stats", base)[0] < 1  # the join: seconds
+    plan = planner.plan(model, revision)
+    order = [job_key(allocations.STATS_PART, base | {"layers": r}) for r in parts] + [job_key("neuron_stats", base)]
+    assert [plan[k][0] for k in order] == sorted(plan[k][0] for k in order)
+    assert all(a <= site.max_runtime for a, _ in planner.allocation_minutes(model, revision))
+    assert planner.stats_parts("pythia-70m", config["models"]["pythia-70m"]["final_revision"]) is None
+    default = Planner(config, Site(), root=REPO / "tests")
+    assert not any(default.stats_parts(m, r) for m, r in checkpoints(config))
+
+
+def test_statistics_whose_single_layer_does_not_fit_are_refused_naming_the_job():
+    config = config_of("config.yaml")
+    # GPU jobs take no time; one layer of the statistics, ~14 min, x the margin of 40 does not fit 4 h
+    planner = Planner(config, Site(max_runtime=240, tflops=1e6, margin=40), root=REPO / "tests")
+    model, revision = "pythia-12b", config["models"]["pythia-12b"]["final_revision"]
+    assert planner.stats_parts(model, revision) is None
+    with pytest.raises(allocations.AllocationTooLong, match="^neuron_stats pythia-12b/step143000 needs"):
+        planner.plan(model, revision)
+
+
+def test_layer_ranges_are_contiguous_the_larger_first_and_named_by_their_ends():
+    assert allocations.layer_ranges(list(range(10)), 3) == ["0-3", "4-6", "7-9"]
+    assert allocations.layer_ranges([2, 5, 9, 11], 2) == ["2-5", "9-11"]
+    assert allocations.layers_in_range([2, 5, 9, 11], "2-5") == [2, 5]
 
 
 def test_capability_sizes_come_from_the_staged_suite_else_the_stated_counts(tmp_path):

@@ -117,3 +117,15 @@ def test_a_site_with_rates_plans_measured_jobs_in_proportion_and_says_which(conf
 def test_a_missing_rates_file_is_one_error_naming_it(config, tmp_path):
     with pytest.raises(ValueError, match="rates file .*nowhere.json"):
         Planner(config, Site(rates=str(tmp_path / "nowhere.json")))
+
+
+def test_statistics_split_by_layer_range_are_measured_by_their_parts_not_the_join(config, tmp_path):
+    """A revision's statistics run in parts (the planner's split by layer range): each part is measured as the
+    statistics over its layers, and neuron_stats, which only joined them, is not measured at all."""
+    run = tmp_path / "run"
+    for layers in allocations.layer_ranges(allocations.revision_layers(config, "smollm2-135m", "main"), 2):
+        finished_job(config, run, allocations.STATS_PART, SMOL | {"layers": layers}, 2.0, None)
+    finished_job(config, run, "neuron_stats", SMOL, 1000.0, None)  # seconds of joining: no statistics' rate
+    (entry,) = rates.measure(config, run)["rates"]
+    assert entry["rule"] == "neuron_stats" and entry["models"]["smollm2-135m"]["jobs"] == 2
+    assert entry["median"] == pytest.approx(2 * stated_rate(config, Site(), "neuron_stats") / rates.UNITS["B/s"])

@@ -425,17 +425,29 @@ def collects_in_scratch(wildcards):
     wneurons.experiment.scratch): no later job reads them, and collection and statistics share an allocation.
     """
     m, r = wildcards.model, wildcards.revision
-    together = planned("group", "collect_activations", wildcards) == planned(
-        "group", "neuron_stats", wildcards
-    )
+    together = not stats_parts(wildcards) and planned(
+        "group", "collect_activations", wildcards
+    ) == planned("group", "neuron_stats", wildcards)
     return scratch.collects_in_scratch(config, m, r, together)
 
 
+def stats_parts(wildcards):
+    """The layer ranges of the revision's statistics parts where the planner splits them (one job would not fit
+    the site's max_runtime: wneurons.experiment.allocations.Planner.stats_parts), else None.
+    """
+    return PLANNER.stats_parts(wildcards.model, wildcards.revision)
+
+
 def neuron_stats_inputs(wildcards):
-    """The revision's shards; or, collecting in scratch, what collection reads (wneurons.experiment.neurons)."""
+    """The revision's shards; or, collecting in scratch, what collection reads; or, split by layer range, the
+    parts' tables (wneurons.experiment.neurons)."""
     in_scratch = collects_in_scratch(wildcards)
     model = model_dir(wildcards) if in_scratch else []
-    return neurons.neuron_stats_inputs(config, wildcards, in_scratch, model)
+    parts = stats_parts(wildcards)
+    return neurons.neuron_stats_inputs(config, wildcards, in_scratch, model, parts)
+
+
+stats_part_params = of_config(neurons.stats_part_params)
 
 
 def stats_params(wildcards):
@@ -457,11 +469,14 @@ def neuron_stats_runtime(wildcards):
 
 
 def neuron_stats_mem_mb(wildcards, attempt):
-    """Memory (MB): the statistics', and collecting in scratch the larger of theirs and the collection's."""
+    """Memory (MB): the statistics', and collecting in scratch the larger of theirs and the collection's; joining
+    the parts, the join's."""
+    w = dict(wildcards.items())
+    if stats_parts(wildcards):
+        return allocations.stats_join_mem_mb(config, SITE, w, attempt)
     rules = ["neuron_stats"]
     if collects_in_scratch(wildcards):
         rules.append("collect_activations")
-    w = dict(wildcards.items())
     return max(allocations.job_mem_mb(config, SITE, rule, w, attempt) for rule in rules)
 
 

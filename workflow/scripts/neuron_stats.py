@@ -9,4 +9,5 @@ with logged_to(snakemake.log[0], snakemake.threads):
         snakemake.params.stats,
         wikitext_dir=snakemake.input.get("wikitext"),
         scratch_dir=snakemake.config["neurons"]["scratch_dir"],
+        parts=snakemake.input.get("parts"),
     )

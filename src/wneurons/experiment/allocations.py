@@ -32,6 +32,7 @@ from wneurons.experiment.grid import (
     collected_layers,
     conditions_for,
     conditions_scored,
+    neurons_per_layer_of,
     precision_name,
     shard_bytes,
 )
@@ -59,8 +60,11 @@ CAPABILITY_TOKENS_PER_TASK_DOC = {
 }
 CAPABILITY_TOKENS_PER_DOC, CAPABILITY_DOCS_PER_TASK = 600, 10_000
 
+# The statistics of a range of layers: where one job over every layer of a revision does not fit the site's
+# max_runtime, its statistics run as several of these (:meth:`Planner.stats_parts`) and neuron_stats joins them.
+STATS_PART = "neuron_stats_part"
 # Members that use no GPU: they run beside the GPU jobs of their allocation.
-CPU_MEMBERS = ("neuron_stats", "weight_rows")
+CPU_MEMBERS = ("neuron_stats", STATS_PART, "weight_rows")
 
 
 def blimp_tokens(evaluation: dict) -> float:
@@ -136,6 +140,9 @@ STARTUP_S, LOAD_GBPS = 60.0, 1.0
 # bytes of a checkpoint's weight files read per second. Stated assumptions, low on purpose: the demo's SmolLM2
 # statistics read 1.6 GB of shards in 6.3 s on 2 cores (its benchmark table), ~250 MB/s.
 STATS_BYTES_PER_S, WEIGHT_READ_BYTES_PER_S = 30e6, 200e6
+# Bytes of one neuron's row of the statistics table (13 float64 columns at most, and parquet's overhead): what the
+# join of a split statistics job reads, holds and writes.
+STATS_ROW_BYTES = 128
 
 
 def precision_of(config: dict, rule: str) -> str:
@@ -244,9 +251,8 @@ def job_work(config: dict, rule: str, wildcards: dict, root: str | Path = ".") -
     shards; the weight rows: every weight file, the worst case of .bin shards), else FLOP (2 x parameters x
     :func:`tokens_of`)."""
     params_b = config["models"][wildcards["model"]]["params_b"]
-    if rule == "neuron_stats":
-        layers = collected_layers(config, wildcards["model"], wildcards["revision"])
-        return float(shard_bytes(config, wildcards["model"], layers))
+    if rule in ("neuron_stats", STATS_PART):
+        return float(shard_bytes(config, wildcards["model"], statistics_layers(config, wildcards)))
     if rule == "weight_rows":
         return params_b * 1e9 * 2
     return 2 * params_b * 1e9 * tokens_of(config, rule, wildcards, root)
@@ -256,7 +262,7 @@ def stated_rate(config: dict, site: Site, rule: str) -> float:
     """The stated work per second of one job of ``rule``: bytes/s for the CPU members (:data:`STATS_BYTES_PER_S`,
     :data:`WEIGHT_READ_BYTES_PER_S`), else FLOP/s (the site's ``tflops``, else :data:`SUSTAINED_TFLOPS` of the
     rule's precision)."""
-    if rule == "neuron_stats":
+    if rule in ("neuron_stats", STATS_PART):
         return STATS_BYTES_PER_S
     if rule == "weight_rows":
         return WEIGHT_READ_BYTES_PER_S
@@ -275,15 +281,22 @@ def job_mem_mb(config: dict, site: Site, rule: str, wildcards: dict, attempt: in
     statistics hold three layers of shards; the weight rows one checkpoint file (at most 10 GB). Grows with
     ``attempt`` (a job killed for memory asks more), never past the site's limit."""
     model = config["models"][wildcards["model"]]
-    if rule == "neuron_stats":
-        layers = collected_layers(config, wildcards["model"], wildcards["revision"])
-        n_layers = len(layers) if layers is not None else model["num_layers"]
-        mb = 2000 + 3 * shard_bytes(config, wildcards["model"], layers) / n_layers / 2**20
+    if rule in ("neuron_stats", STATS_PART):  # per layer: a part holds as many layers at a time as the whole
+        layers = revision_layers(config, wildcards["model"], wildcards["revision"])
+        mb = 2000 + 3 * shard_bytes(config, wildcards["model"], layers) / len(layers) / 2**20
     elif rule == "weight_rows":
         mb = 2000 + min(10_000, model["params_b"] * 2000)
     else:
         mb = 2000 + 1.5 * model["params_b"] * BYTES_PER_PARAM[precision_of(config, rule)] * 1000
     mb = int(mb * attempt)
+    return min(mb, site.max_mem_mb) if site.max_mem_mb else mb
+
+
+def stats_join_mem_mb(config: dict, site: Site, wildcards: dict, attempt: int = 1) -> int:
+    """Host memory (MB) of the join of a split statistics job: 2 GB of process and its revision's statistics table
+    three times over (the parts read, their concatenation, the table written), x ``attempt``, capped as
+    :func:`job_mem_mb`."""
+    mb = int((2000 + 3 * statistics_rows(config, wildcards) * STATS_ROW_BYTES / 2**20) * attempt)
     return min(mb, site.max_mem_mb) if site.max_mem_mb else mb
 
 
@@ -320,6 +333,43 @@ def unallocated_minutes(config: dict, site: Site, wildcards: dict, attempt: int 
     limits)."""
     params_b = config["models"][wildcards["model"]]["params_b"] if "model" in wildcards else 0
     return min(int((20 + 15 * params_b) * attempt), site.max_runtime)
+
+
+# ---------------------------------------------------------------- statistics by layer range
+def revision_layers(config: dict, model: str, revision: str) -> list[int]:
+    """The 0-based layers whose statistics a revision computes: its collected layers (every layer by default)."""
+    layers = collected_layers(config, model, revision)
+    return list(range(config["models"][model]["num_layers"])) if layers is None else layers
+
+
+def statistics_layers(config: dict, wildcards: dict) -> list[int]:
+    """The layers a statistics job reduces: its revision's (:func:`revision_layers`), or for a part
+    (:data:`STATS_PART`, wildcard ``layers``) those of its range (:func:`layers_in_range`)."""
+    layers = revision_layers(config, wildcards["model"], wildcards["revision"])
+    return layers_in_range(layers, wildcards["layers"]) if "layers" in wildcards else layers
+
+
+def statistics_rows(config: dict, wildcards: dict) -> int:
+    """Rows of a statistics job's table: one per neuron of its layers (:func:`statistics_layers`)."""
+    return len(statistics_layers(config, wildcards)) * neurons_per_layer_of(config, wildcards["model"])
+
+
+def layer_ranges(layers: list[int], n_parts: int) -> list[str]:
+    """``layers`` cut into ``n_parts`` contiguous runs whose sizes differ by at most one (the larger first), each
+    named by its first and last layer: ``"0-8"`` (the ``layers`` wildcard of :data:`STATS_PART`)."""
+    size, larger = divmod(len(layers), n_parts)
+    ranges, start = [], 0
+    for k in range(n_parts):
+        stop = start + size + (k < larger)
+        ranges.append(f"{layers[start]}-{layers[stop - 1]}")
+        start = stop
+    return ranges
+
+
+def layers_in_range(layers: list[int], value: str) -> list[int]:
+    """The ``layers`` within a range named ``"first-last"`` (both included)."""
+    first, last = (int(v) for v in value.split("-"))
+    return [layer for layer in layers if first <= layer <= last]
 
 
 # ---------------------------------------------------------------- allocations: a checkpoint's jobs, packed
@@ -452,14 +502,21 @@ class Planner:
         if site.rates:
             self.measured = MeasuredRates.load(site_path(site.rates, root))
         self.sources: Counter[str] = Counter()
+        self._parts: dict[tuple[str, str], list[str] | None] = {}
         self._plans: dict[tuple[str, str], dict[JobKey, tuple[int, int]]] = {}
         self._members: dict[tuple[str, str], list[tuple[int, int, float]]] = {}  # (allocation, asked, estimate)
 
     def plan(self, model: str, revision: str) -> dict[JobKey, tuple[int, int]]:
-        """{job: (allocation index, requested minutes)} of one checkpoint. A job longer than the site's limit is an
-        error naming it."""
+        """{job: (allocation index, requested minutes)} of one checkpoint, its statistics split by layer range where
+        they do not fit one allocation (:meth:`stats_parts`). A job longer than the site's limit is an error naming
+        it."""
         if (model, revision) not in self._plans:
             jobs = checkpoint_jobs(self.config, model, revision)
+            parts = self.stats_parts(model, revision)
+            if parts:  # the parts, then neuron_stats joining them, where the whole statistics job was
+                base = {"model": model, "revision": revision}
+                k = jobs.index(("neuron_stats", base))
+                jobs[k:k] = [(STATS_PART, base | {"layers": r}) for r in parts]
             load = allocation_load_minutes(self.config, model)
             estimates = []
             for rule, w in jobs:
@@ -482,13 +539,43 @@ class Planner:
             self._members[model, revision] = list(zip(indices, requested, estimates, strict=True))
         return self._plans[model, revision]
 
+    def stats_parts(self, model: str, revision: str) -> list[str] | None:
+        """The layer ranges (:func:`layer_ranges`) of a revision's statistics parts (:data:`STATS_PART`): the fewest
+        parts whose largest fits one allocation alone (its load, its estimate and the margin within the site's
+        max_runtime); None where the whole statistics job fits, or where not even one layer does (:meth:`plan`
+        then names the job). Per-layer statistics are independent, so the parts' rows are the whole job's."""
+        if (model, revision) not in self._parts:
+            self._parts[model, revision] = None
+            base = {"model": model, "revision": revision}
+            whole, _ = self._estimate("neuron_stats", base)
+            load, limit = allocation_load_minutes(self.config, model), self.site.max_runtime
+            layers = revision_layers(self.config, model, revision)
+            if allocation_ask([whole], load, self.site.margin) > limit:
+                for n in range(2, len(layers) + 1):
+                    largest = whole * math.ceil(len(layers) / n) / len(layers)  # the work is linear in layers
+                    if allocation_ask([largest], load, self.site.margin) <= limit:
+                        self._parts[model, revision] = layer_ranges(layers, n)
+                        break
+        return self._parts[model, revision]
+
     def estimate(self, rule: str, wildcards: dict) -> tuple[float, str]:
         """Minutes of one job (:func:`job_estimate_minutes`, no margin) and where its rate comes from: "measured"
         (its model's own rate in the site's rates file), "measured, rule median" (the median of the models measured
-        for its rule, precision and device) or "stated" (the assumptions of this module, or the site's tflops)."""
+        for its rule, precision and device) or "stated" (the assumptions of this module, or the site's tflops).
+        The statistics of a revision split into parts (:meth:`stats_parts`): neuron_stats only joins their tables
+        (:data:`STATS_ROW_BYTES` a neuron, read and written at the stated rate)."""
+        if rule == "neuron_stats" and self.stats_parts(wildcards["model"], wildcards["revision"]):
+            return 2 * statistics_rows(self.config, wildcards) * STATS_ROW_BYTES / STATS_BYTES_PER_S / 60, "stated"
+        return self._estimate(rule, wildcards)
+
+    def _estimate(self, rule: str, wildcards: dict) -> tuple[float, str]:
+        # A part of the statistics does the statistics' work: it is planned at their measured rate.
+        measured_as = "neuron_stats" if rule == STATS_PART else rule
         rate, source = None, "stated"
         if self.measured is not None:
-            found = self.measured.rate(rule, precision_of(self.config, rule), wildcards["model"], self.site.gpu_model)
+            found = self.measured.rate(
+                measured_as, precision_of(self.config, rule), wildcards["model"], self.site.gpu_model
+            )
             if found is not None:
                 rate, source = found
         return job_estimate_minutes(self.config, self.site, rule, wildcards, self.root, rate), source

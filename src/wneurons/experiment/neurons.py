@@ -4,7 +4,7 @@ whether a statistics job collects in scratch, to its allocation plan."""
 
 from __future__ import annotations
 
-from wneurons.experiment import grid, paths
+from wneurons.experiment import allocations, grid, paths
 
 
 def collect_params(config: dict, wildcards) -> dict:
@@ -27,9 +27,12 @@ def collect_disk_mb(config: dict, wildcards) -> int:
     return 1024 + grid.shard_bytes(config, m, grid.collected_layers(config, m, r)) // 2**20
 
 
-def neuron_stats_inputs(config: dict, wildcards, in_scratch: bool, model_dir) -> dict:
+def neuron_stats_inputs(config: dict, wildcards, in_scratch: bool, model_dir, parts: list[str] | None = None) -> dict:
     """The revision's shards; or, collecting in scratch (``in_scratch``), what collection reads: the model
-    (``model_dir``, the job's model input; none for local models) and WikiText-2."""
+    (``model_dir``, the job's model input; none for local models) and WikiText-2; or, where the planner split the
+    statistics by layer range (``parts``: the ranges), the parts' tables, which the job joins."""
+    if parts:
+        return {"parts": [paths.neurons_part(wildcards.model, wildcards.revision, r) for r in parts]}
     if not in_scratch:
         return {"shards": paths.shards(wildcards.model, wildcards.revision)}
     inputs = {"wikitext": paths.dataset("wikitext2")}
@@ -46,3 +49,10 @@ def stats_params(config: dict, wildcards, in_scratch: bool) -> dict:
     if in_scratch:
         params["collect"] = collect_params(config, wildcards)
     return params
+
+
+def stats_part_params(config: dict, wildcards) -> dict:
+    """What a part of the statistics needs: the statistics' params and the layers of its range (wildcard
+    ``layers``, ``"first-last"``) among those its revision collects."""
+    w = {"model": wildcards.model, "revision": wildcards.revision, "layers": wildcards.layers}
+    return stats_params(config, wildcards, False) | {"layers": allocations.statistics_layers(config, w)}

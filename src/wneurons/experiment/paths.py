@@ -209,6 +209,12 @@ def neurons(model: str, revision: str) -> str:
     return f"{checkpoint_dir(model, revision)}/neurons.parquet"
 
 
+def neurons_part(model: str, revision: str, layers: str) -> str:
+    """The statistics of one range of layers (``"0-8"``), where the planner splits a revision's statistics
+    (neuron_stats_part, temporary: joined into :func:`neurons`)."""
+    return f"{checkpoint_dir(model, revision)}/neurons-parts/layers-{layers}.parquet"
+
+
 def clean(model: str, revision: str, benchmark: str) -> str:
     return f"{checkpoint_dir(model, revision)}/clean/{benchmark}.json"
 

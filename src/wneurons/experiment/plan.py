@@ -76,13 +76,19 @@ class Job(NamedTuple):
 
 
 def dry_run(
-    config: str, profiles: list[str], site: str | None = None, root: str | Path = ".", site_limits: str | None = None
+    config: str,
+    profiles: list[str],
+    site: str | None = None,
+    root: str | Path = ".",
+    site_limits: str | None = None,
+    targets: tuple[str, ...] = ("all",),
 ) -> list[Job]:
-    """Every job of ``all`` with its group job and resources, from a dry run through the profiles (which prints
-    each group job with its member jobs indented under it), run in ``root`` (the repository: its Snakefile).
-    ``site`` / ``site_limits`` given: passed with ``--config``, which replaces the profiles' ``config`` lists
-    (Snakemake), so a caller that gives one restates the other (:func:`print_grid` gives both)."""
-    cmd = [sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--configfile", config]
+    """Every job of ``targets`` (default ``all``) with its group job and resources, from a dry run through the
+    profiles (which prints each group job with its member jobs indented under it), run in ``root`` (the
+    repository: its Snakefile). ``site`` / ``site_limits`` given: passed with ``--config``, which replaces the
+    profiles' ``config`` lists (Snakemake), so a caller that gives one restates the other (:func:`print_grid`
+    gives both)."""
+    cmd = [sys.executable, "-m", "snakemake", *targets, "-n", "--forceall", "--configfile", config]
     cmd += [arg for p in profiles for arg in ("--profile", p)]
     overrides = ([f"site_limits={site_limits}"] if site_limits else []) + ([f"site={site}"] if site else [])
     cmd += ["--config", *overrides] if overrides else []

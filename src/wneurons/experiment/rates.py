@@ -127,17 +127,24 @@ def measured_jobs(config: dict, results_dir: str | Path, root: str | Path = ".")
     (``config``: the run's; ``root``: its working directory, where the capability suite is staged)."""
     tables = benchmarks_dir(results_dir)
     templates = benchmark_templates()
+    tsvs = {}
+    for tsv in sorted(tables.rglob("*.tsv")):
+        parsed = parse_benchmark_path(str(tsv.relative_to(tables).with_suffix("")), templates)
+        if parsed is not None and parsed[1]["model"] in config["models"]:
+            tsvs[tsv] = parsed
+    # Statistics split by layer range: neuron_stats only joined the parts, so its seconds measure no statistics;
+    # each part did the statistics' work over its layers, and is measured as the statistics (the planner's rate).
+    split = {(w["model"], w["revision"]) for rule, w in tsvs.values() if rule == allocations.STATS_PART}
     found = []
     with paths.roots_of(config | {"results_dir": str(results_dir)}):
-        for tsv in sorted(tables.rglob("*.tsv")):
-            parsed = parse_benchmark_path(str(tsv.relative_to(tables).with_suffix("")), templates)
-            if parsed is None or parsed[1]["model"] not in config["models"]:
+        for tsv, (rule, w) in tsvs.items():
+            if rule == "neuron_stats" and (w["model"], w["revision"]) in split:
                 continue
-            rule, w = parsed
             seconds = benchmark_seconds(tsv)
             work = allocations.job_work(config, rule, w, root)
             if not seconds or seconds <= 0 or work <= 0:
                 continue
+            rule = "neuron_stats" if rule == allocations.STATS_PART else rule
             found.append((rule, w, result_provenance(rule, w), seconds, work))
     # A job that records no device ran on its checkpoint's allocation, whose other jobs may name it.
     device_at = {(w["model"], w["revision"]): p["device_name"] for _, w, p, _, _ in found if p.get("device_name")}

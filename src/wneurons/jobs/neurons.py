@@ -115,11 +115,15 @@ def neuron_stats_job(
     params: dict,
     wikitext_dir: str | None = None,
     scratch_dir: str | None = None,
+    parts: list[str] | None = None,
 ) -> pl.DataFrame:
     """WD (exact / sampled), sign split, moments and MD of every neuron, from the cached shards in ``shard_dir``.
     Without ``shard_dir`` (``params["collect"]``: the collection's params), the job collects them first, from
     ``wikitext_dir`` into node-local ``scratch_dir`` (:func:`scratch_shards`), and deletes them when done: the
-    same shards and so the same table as collection and statistics run as two jobs."""
+    same shards and so the same table as collection and statistics run as two jobs. With ``parts`` (the planner
+    split the statistics by layer range: :func:`neuron_stats_part_job`), it joins their tables instead."""
+    if parts:
+        return join_neuron_stats(parts, out_path)
     if shard_dir is None:
         if not scratch_dir or wikitext_dir is None or "collect" not in params:
             raise ValueError("neuron_stats: no shards given, and no scratch collection configured")
@@ -127,12 +131,58 @@ def neuron_stats_job(
             log.info("collecting the shards in node-local scratch %s", scratch)
             collect_activations_job(spec, wikitext_dir, str(scratch), params["collect"])
             return neuron_stats_job(spec, str(scratch), out_path, params)
+    start = time.perf_counter()
+    table, prov = _statistics(spec, shard_dir, params)
+    io.write_parquet(out_path, table, metadata=prov)
+    log.info("neuron statistics: %d rows in %.1f s", table.height, time.perf_counter() - start)
+    return table
+
+
+# What a part's table records beyond its revision's provenance: its layers and all the revision's (for the join).
+PART_KEYS = ("part_layers", "all_layers")
+
+
+def neuron_stats_part_job(spec: dict, shard_dir: str, out_path: str, params: dict) -> pl.DataFrame:
+    """The statistics of the layers ``params["layers"]`` only (a part of a revision's statistics, where one job
+    over every layer would not fit the site's walltime limit): the same rows as the whole job's for these layers,
+    and the same provenance, plus :data:`PART_KEYS` for :func:`join_neuron_stats`."""
+    start = time.perf_counter()
+    table, prov = _statistics(spec, shard_dir, params, params["layers"])
+    from wneurons.store.shards import ShardIndex
+
+    prov |= {"part_layers": list(params["layers"]), "all_layers": ShardIndex.load(shard_dir).layers}
+    io.write_parquet(out_path, table, metadata=prov)
+    log.info(
+        "neuron statistics of layers %s: %d rows in %.1f s", params["layers"], table.height, time.perf_counter() - start
+    )
+    return table
+
+
+def join_neuron_stats(parts: list[str], out_path: str) -> pl.DataFrame:
+    """The statistics table of a revision from its parts' (:func:`neuron_stats_part_job`, given in layer order):
+    their rows one after another, their common provenance; byte for byte the table one job over every layer
+    writes. A ValueError when the parts disagree on their provenance or do not cover the revision's layers once
+    each, in order."""
+    provs = [io.read_parquet_metadata(p) for p in parts]
+    common = [{k: v for k, v in prov.items() if k not in PART_KEYS} for prov in provs]
+    if any(c != common[0] for c in common):
+        raise ValueError(f"join_neuron_stats: the parts' provenance differs ({', '.join(parts)})")
+    covered = [layer for prov in provs for layer in prov["part_layers"]]
+    if covered != provs[0]["all_layers"]:
+        raise ValueError(f"join_neuron_stats: the parts cover layers {covered}, not {provs[0]['all_layers']}")
+    table = pl.concat([pl.read_parquet(p) for p in parts])
+    io.write_parquet(out_path, table, metadata=common[0])
+    log.info("neuron statistics joined from %d parts: %d rows", len(parts), table.height)
+    return table
+
+
+def _statistics(spec: dict, shard_dir: str, params: dict, layers: list[int] | None = None) -> tuple[pl.DataFrame, dict]:
+    """The statistics table of ``layers`` (None: every layer of the shards) and its provenance."""
     from wneurons.core.stats import neuron_statistics
     from wneurons.store.shards import ShardIndex
 
-    start = time.perf_counter()
     table = neuron_statistics(
-        shard_dir, wd_method=params["wd_method"], md_pairs=params["md_pairs"], seed=params["seed"]
+        shard_dir, wd_method=params["wd_method"], md_pairs=params["md_pairs"], seed=params["seed"], layers=layers
     )
     shard_index = ShardIndex.load(shard_dir).meta
     prov = io.provenance(
@@ -150,6 +200,4 @@ def neuron_stats_job(
         md_pairs=params["md_pairs"],
         seed=params["seed"],
     )
-    io.write_parquet(out_path, table, metadata=prov)
-    log.info("neuron statistics: %d rows in %.1f s", table.height, time.perf_counter() - start)
-    return table
+    return table, prov
