@@ -282,16 +282,11 @@ def _check_matched_gaps(conditions: dict) -> None:
             log.warning("%s: the matched search did not converge (%s)", key, summary["matched_search"].get("reason"))
 
 
-def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: str, benchmark: str) -> dict:
-    """Collect clean + all conditions of one benchmark into ``results/{model}/{revision}/{benchmark}.json``.
-
-    Conditions are keyed ``{scope}/{selector}/p{percent}`` (:func:`wneurons.experiment.grid.condition_key`);
-    random trials are summarised as mean and SEM (:func:`mean_and_sem_by_field`) with every trial kept.
-    """
-    results = [io.read_json(p) for p in result_paths]
-    clean = [r for r in results if r["condition"]["selector"] == "clean"]
-    if len(clean) != 1:
-        raise ValueError(f"expected exactly one clean result among {len(result_paths)} inputs, got {len(clean)}")
+def pooled_conditions(results: list[dict]) -> dict[str, dict]:
+    """The ablation conditions among one benchmark's per-condition results (clean ones skipped), keyed
+    ``{scope}/{selector}/p{percent}`` (:func:`wneurons.experiment.grid.condition_key`): a single result as it is,
+    random trials (and any condition with several) as mean and SEM (:func:`mean_and_sem_by_field`), every trial
+    kept. The aggregate job's conditions, and ``wneurons summary``'s."""
     groups: dict[str, list[dict]] = {}
     for r in results:
         c = r["condition"]
@@ -315,6 +310,17 @@ def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: 
                 "trials": [m["scores"] for m in members],
             }
         conditions[key] = summary
+    return conditions
+
+
+def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: str, benchmark: str) -> dict:
+    """Collect clean + all conditions of one benchmark into ``results/{model}/{revision}/{benchmark}.json``:
+    the conditions of :func:`pooled_conditions`, the matched ones checked against their wasserstein condition."""
+    results = [io.read_json(p) for p in result_paths]
+    clean = [r for r in results if r["condition"]["selector"] == "clean"]
+    if len(clean) != 1:
+        raise ValueError(f"expected exactly one clean result among {len(result_paths)} inputs, got {len(clean)}")
+    conditions = pooled_conditions(results)
     _check_matched_gaps(conditions)
     out = {
         "model": model,
