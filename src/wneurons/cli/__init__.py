@@ -441,11 +441,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    passthrough: list[str] = []
+def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``argv`` of ``wneurons`` and the arguments after ``--`` that ``run`` and ``explore`` pass to Snakemake."""
     if argv[:1] in (["run"], ["explore"]) and "--" in argv:  # the rest is Snakemake's
-        passthrough, argv = argv[argv.index("--") + 1 :], argv[: argv.index("--")]
+        return argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, passthrough = split_passthrough(list(sys.argv[1:] if argv is None else argv))
     if argv[:1] == ["compare"]:  # its own options and --help, unchanged
         from wneurons.report import compare
 
