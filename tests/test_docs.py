@@ -87,10 +87,12 @@ def _param(doc, number, words):
 
 def _wneurons_problem(words: list[str]) -> str | None:
     """The ``wneurons`` parser's error for a command line (its options and arguments, not only its subcommand;
-    ``compare`` and ``power`` parse their own: their ``--help``), or None."""
+    ``compare`` and ``power`` parse their own: their ``--help``; a command named alone, `wneurons init` in prose:
+    its ``--help``), or None."""
     from wneurons import cli
 
     argv = cli.split_passthrough(words[1:])[0]
+    argv = [*argv, "--help"] if len(argv) == 1 else argv
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
