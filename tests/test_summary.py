@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def run(tmp_path):
-    """The demo config, its results in tmp_path/res: clean BLiMP and perplexity, W and two random
-    trials on BLiMP of smollm2-135m; nothing else yet."""
+    """The demo config, its results in tmp_path/res: clean BLiMP and perplexity, two random trials and W of layer
+    group g1 on BLiMP, and the perplexity of W and of a matched control 50% off it, of smollm2-135m; nothing else."""
     cfg = yaml.safe_load((ROOT / "config/demo.yaml").read_text())
     cfg["results_dir"] = "res"
     for spec in cfg["data"].values():
@@ -39,20 +39,33 @@ def run(tmp_path):
                   {**c._asdict(), "percent": 1.0, "seed": trial})  # fmt: skip
         c = Condition("g1", "wasserstein", "1", 0)
         write(paths.ablation(m, r, c, "blimp"), {"overall": 0.625, "n_pairs": 8}, {**c._asdict(), "seed": 0})
+        search = {"tolerance": 0.05, "converged": True}
+        for selector, ppl, extra in (("wasserstein", 20.0, {}), ("matched", 30.0, {"matched_percent": 3.0})):
+            c = Condition("all", selector, "1", 0)
+            write(paths.ablation(m, r, c, "ppl"), {"perplexity": ppl, "n_tokens": 4096},
+                  {**c._asdict(), "seed": 0, "matched_search": search, **extra})  # fmt: skip
     return config, tmp_path
 
 
 def test_the_summary_pools_random_trials_and_shows_n_and_what_is_missing(run):
     config, workdir = run
     rows, found, expected = summary_rows(config, workdir)
-    assert found == 5 and expected > found  # every benchmark x condition of the grid is expected
+    assert found == 7 and expected > found  # every benchmark x condition of the grid is expected
     by_condition = {row["condition"]: row for row in rows}
-    assert list(by_condition) == ["clean", "all/random/p1 x2 trials", "g1/wasserstein/p1"]  # grid order
+    matched = "all/matched/p1 (m=3%, not matched)"  # its perplexity 50% off W's: beyond the search's tolerance
+    assert list(by_condition) == [
+        "clean",
+        "all/wasserstein/p1",
+        "all/random/p1 x2 trials",
+        matched,
+        "g1/wasserstein/p1",
+    ]  # grid order
+    assert by_condition[matched]["ppl"] == "30.00 (4096)" and by_condition[matched]["blimp"] == "—"
     assert by_condition["clean"]["blimp"] == "75.0 (8)" and by_condition["clean"]["ppl"] == "17.50 (4096)"
     assert by_condition["clean"]["tse"] == "—"
     assert by_condition["all/random/p1 x2 trials"]["blimp"] == "62.5 ±12.5 (8)"  # mean ± SEM of 50 and 75
     lines = summary_lines(config, workdir)
-    assert lines[0].startswith(f"res/: 5 of the grid's {expected} scored result files")
+    assert lines[0].startswith(f"res/: 7 of the grid's {expected} scored result files")
     assert lines[1].split("|")[4].strip() == "BLiMP % (pairs)" and len({len(line) for line in lines[1:]}) == 1
 
 
@@ -67,6 +80,7 @@ def test_run_prints_the_summary_when_snakemake_succeeds_and_summary_reads_it_aga
         assert cli.main(["run", str(path)]) == code
         printed = capsys.readouterr().out
         assert ("| clean " in printed) == (code == 0)  # no table after a failed run
+    assert cli.main(["run", str(path), "--", "-n"]) == 0 and "| clean " not in capsys.readouterr().out  # a dry run
     assert cli.main(["summary", str(path)]) == 0
     assert capsys.readouterr().out == printed
     assert cli.main(["summary", str(path), "--limit", "2"]) == 0

@@ -496,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, file=sys.stderr)
                 overrides = [str(path)]
             code = _run_snakemake(snakemake_command(checked_config(args.config), profiles, extra, overrides), root)
-            if code == 0 and not args.dry_run:  # as lm-eval ends: what the run scored
+            dry = args.dry_run or bool({"-n", "--dry-run", "--dryrun"} & set(passthrough))
+            if code == 0 and not dry:  # as lm-eval ends: what the run scored
                 print("\n".join(run_summary(args, root)))
             return code
         if args.command == "list":

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from wneurons.experiment import paths, targets
 from wneurons.experiment.grid import benchmarks_at, condition_key, conditions_scored
-from wneurons.jobs.ablate import pooled_conditions
+from wneurons.jobs.ablate import check_matched_gaps, pooled_conditions
 from wneurons.store import io
 
 
@@ -50,12 +50,17 @@ def _cell(scores: dict, sem: dict | None, headline: Headline) -> str:
     return text + (f" ({count:g})" if count is not None else "")
 
 
-def _label(key: str, condition: dict) -> str:
-    """The condition key, with its trial count (random) or the lowest-WD percent that matched W (matched)."""
-    if condition.get("n_trials", 1) > 1:
-        return f"{key} x{condition['n_trials']} trials"
-    if condition.get("matched_percent") is not None:
-        return f"{key} (m={condition['matched_percent']:.3g}%)"
+NOTES = ("n_trials", "matched_percent", "matched_converged")  # what a condition's label says of it
+
+
+def _label(key: str, notes: dict) -> str:
+    """The condition key, with its trial count (random) or the lowest-WD percent that matched W (matched; "not
+    matched" where the perplexity gap or the search missed, :func:`wneurons.jobs.ablate.check_matched_gaps`)."""
+    if notes.get("n_trials", 1) > 1:
+        return f"{key} x{notes['n_trials']} trials"
+    if notes.get("matched_percent") is not None:
+        missed = ", not matched" if notes.get("matched_converged") is False else ""
+        return f"{key} (m={notes['matched_percent']:.3g}%{missed})"
     return key
 
 
@@ -73,7 +78,7 @@ def summary_rows(config: dict, workdir: str | os.PathLike = ".") -> tuple[list[d
         for model, revision in targets.model_revisions(config):
             benchmarks = benchmarks_at(config, model, revision)
             cells: dict[str, dict[str, str]] = {}
-            labels: dict[str, str] = {}
+            notes: dict[str, dict] = {}
             for benchmark in benchmarks:
                 headline = HEADLINES[benchmark]
                 conditions = conditions_scored(config, model, revision, benchmark)
@@ -81,17 +86,18 @@ def summary_rows(config: dict, workdir: str | os.PathLike = ".") -> tuple[list[d
                 clean = _read(paths.clean(model, revision, benchmark), workdir)
                 if clean is not None:
                     cells.setdefault("clean", {})[benchmark] = _cell(clean["scores"], None, headline)
-                    labels["clean"] = "clean"
                 results = [_read(paths.ablation(model, revision, c, benchmark), workdir) for c in conditions]
                 results = [r for r in results if r is not None]
                 found += (clean is not None) + len(results)
-                for key, pooled in pooled_conditions(results).items():
-                    cells.setdefault(key, {})[benchmark] = _cell(pooled["scores"], pooled.get("sem"), headline)
-                    labels.setdefault(key, _label(key, pooled))
+                pooled = pooled_conditions(results)
+                check_matched_gaps(pooled)  # on perplexity: matched_converged
+                for key, condition in pooled.items():
+                    cells.setdefault(key, {})[benchmark] = _cell(condition["scores"], condition.get("sem"), headline)
+                    notes.setdefault(key, {}).update({k: condition[k] for k in NOTES if k in condition})
             grid_order = ["clean", *(condition_key(c.scope, c.selector, c.percent) for c in
                                      conditions_scored(config, model, revision, benchmarks[0]))]  # fmt: skip
             for key in dict.fromkeys(k for k in grid_order + list(cells) if k in cells):
-                row = {"model": model, "revision": revision, "condition": labels[key]}
+                row = {"model": model, "revision": revision, "condition": _label(key, notes.get(key, {}))}
                 rows.append(row | {b: cells[key].get(b, MISSING) for b in benchmarks})
     return rows, found, expected
 
