@@ -196,7 +196,8 @@ def dry_run_problems(found: list[tuple[str, int, list[str]]]) -> list[str]:
 
 
 def test_the_snakemake_targets_the_docs_name_exist():
-    assert not dry_run_problems(COMMANDS), "\n".join(dry_run_problems(COMMANDS))
+    problems = dry_run_problems(COMMANDS)
+    assert not problems, "\n".join(problems)
 
 
 # A job count quoted after a snakemake command on its line: `snakemake -n ...`: 190 jobs / # ... (4,994 jobs).
