@@ -67,8 +67,10 @@ def _words(text: str) -> list[str]:
 
 
 def commands(found: list[tuple[str, int, str]]) -> list[tuple[str, int, list[str]]]:
-    """(doc, line, words) of every command among :func:`mentions`."""
-    return [(doc, number, _words(text)) for doc, number, text in found if COMMAND.match(text)]
+    """(doc, line, words) of every command among :func:`mentions`, also where a shell line chains it after another
+    (`git pull && make install && wneurons run ...`)."""
+    parts = [(doc, number, part.strip()) for doc, number, text in found for part in re.split(r"\s&&\s|;\s", text)]
+    return [(doc, number, _words(part)) for doc, number, part in parts if COMMAND.match(part)]
 
 
 TEXTS = {str(doc.relative_to(ROOT)): doc.read_text() for doc in DOCS}
@@ -415,7 +417,7 @@ def test_drift_catches_a_wrong_command():
     problems = drift(
         _planted(
             "wneurons run my.yaml --limit 10 -- --cores 2   # right\n"
-            "wneurons frobnicate my.yaml\n"
+            "git pull && wneurons frobnicate my.yaml\n"
             "wneurons run my.yaml --limits 10\n"
             "snakemake -n --frobnicate\n"
             "snakemake -n results/smollm2-135m/main/blimps.json --configfile config/demo.yaml"
