@@ -164,7 +164,7 @@ def test_compare_refuses_a_missing_or_empty_root_in_one_line(tmp_path):
         assert len(proc.stderr.strip().splitlines()) == 1 and named in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("command", [[], ["init"], ["plan"], ["run"], ["explore"], ["compare"], ["power"]])
+@pytest.mark.parametrize("command", [[], ["init"], ["plan"], ["run"], ["summary"], ["explore"], ["compare"], ["power"]])
 def test_every_help_parses_and_explains_every_option(command):
     proc = _wneurons(*command, "--help")
     assert proc.returncode == 0, proc.stderr

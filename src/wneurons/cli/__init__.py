@@ -6,6 +6,7 @@ runs the grid builds a ``snakemake`` command line (printed first), and every ``s
     wneurons list [CONFIG]                                what a config computes: models, conditions, benchmarks, jobs
     wneurons run [CONFIG] [-n] [--limit N] [--profile P] [-- SNAKEMAKE ARGS]   run (or dry-run) the grid
     wneurons status [CONFIG] [-d DIR]                     jobs done / running / left (Snakemake, SLURM ledgers)
+    wneurons summary [CONFIG] [--limit N] [-d DIR]        the run's scores per condition (`run` prints it at the end)
     wneurons export-samples RESULTS_DIR OUT_DIR           per-item results as lm-eval --log_samples JSONL
     wneurons compare A B [--subset] [--rtol R]            two result trees (wneurons.report.compare)
     wneurons power PAIRED [--difference D] ...            sizing from a run's paired table (wneurons.report.power)
@@ -270,6 +271,22 @@ def status(args: argparse.Namespace, root: Path) -> list[str]:
     return run_status.status_lines(total, left, workdir)
 
 
+def run_summary(args: argparse.Namespace, root: Path) -> list[str]:
+    """The lines of :func:`wneurons.cli.summary.summary_lines` for the config's run (its ``--limit N`` quick run's
+    results dir with ``args.limit``), read under ``args.directory`` (default ``root``)."""
+    from wneurons.cli.listing import limit_overrides
+    from wneurons.cli.summary import summary_lines
+
+    workdir = Path(getattr(args, "directory", None) or root).resolve()
+    config = validated(args.config, root, workdir)
+    if args.limit is not None:
+        try:
+            config["results_dir"] = limit_overrides(config, args.limit)[0]["results_dir"]
+        except ValueError as err:
+            raise CommandError(f"{args.command}: {err}") from None
+    return summary_lines(config, workdir)
+
+
 # ---------------------------------------------------------------- the parser
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentDefaultsHelpFormatter
@@ -348,6 +365,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-d", "--directory", help="the run's working directory (snakemake -d); default the repository")
 
     p = sub.add_parser(
+        "summary",
+        formatter_class=fmt,
+        help="a run's scores per model, revision and condition (what `wneurons run` prints when it succeeds)",
+        description="Print a table of what a config's run has scored so far: per model and revision, the clean "
+        "model and every ablation condition of the grid, each benchmark's score (accuracy in %%, perplexity) with "
+        "its n, read from the per-condition result JSONs that exist (random trials: mean and SEM over them, as the "
+        "aggregate job pools them).",
+    )
+    p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config of the run")
+    p.add_argument("--limit", type=int, metavar="N", help="the quick run of `wneurons run --limit N`")
+    p.add_argument("-d", "--directory", help="the run's working directory; default the repository")
+
+    p = sub.add_parser(
         "export-samples",
         formatter_class=fmt,
         help="write a run's per-item BLiMP / TSE results as lm-eval --log_samples JSONL",
@@ -411,11 +441,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    passthrough: list[str] = []
+def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``argv`` of ``wneurons`` and the arguments after ``--`` that ``run`` and ``explore`` pass to Snakemake."""
     if argv[:1] in (["run"], ["explore"]) and "--" in argv:  # the rest is Snakemake's
-        passthrough, argv = argv[argv.index("--") + 1 :], argv[: argv.index("--")]
+        return argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, passthrough = split_passthrough(list(sys.argv[1:] if argv is None else argv))
     if argv[:1] == ["compare"]:  # its own options and --help, unchanged
         from wneurons.report import compare
 
@@ -461,7 +495,11 @@ def main(argv: list[str] | None = None) -> int:
                 path, line = write_limit_file(validated(args.config, root), args.limit, root)
                 print(line, file=sys.stderr)
                 overrides = [str(path)]
-            return _run_snakemake(snakemake_command(checked_config(args.config), profiles, extra, overrides), root)
+            code = _run_snakemake(snakemake_command(checked_config(args.config), profiles, extra, overrides), root)
+            dry = args.dry_run or bool({"-n", "--dry-run", "--dryrun"} & set(passthrough))
+            if code == 0 and not dry:  # as lm-eval ends: what the run scored
+                print("\n".join(run_summary(args, root)))
+            return code
         if args.command == "list":
             from wneurons.cli.listing import describe
 
@@ -470,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "status":
             print("\n".join(status(args, root)))
+            return 0
+        if args.command == "summary":
+            print("\n".join(run_summary(args, root)))
             return 0
         if args.command == "export-samples":
             from wneurons.report.samples import export_samples

@@ -264,11 +264,12 @@ def mean_and_sem_by_field(trials: list[dict]) -> tuple[dict, dict]:
     return _nest(mean), _nest(sem)
 
 
-def _check_matched_gaps(conditions: dict) -> None:
+def check_matched_gaps(conditions: dict) -> list[str]:
     """For each matched condition with a perplexity, the gap to its wasserstein condition as this file shows them
     (``matched_gap``), checked against the search's tolerance; ``matched_converged`` is that check and the search's
     own verdict (which, with ``ablation.matched.nll_increase_tolerance``, also needs the control's NLL increase
-    within that fraction of W's); a miss is logged with its reason."""
+    within that fraction of W's). Returns one line per miss, with its reason."""
+    misses = []
     for key, summary in conditions.items():
         scope, selector, percent = parse_condition_key(key)
         target = conditions.get(condition_key(scope, "wasserstein", percent))
@@ -281,23 +282,18 @@ def _check_matched_gaps(conditions: dict) -> None:
         search_converged = summary["matched_search"].get("converged", True)
         summary["matched_converged"] = gap <= tolerance and search_converged
         if gap > tolerance:
-            log.warning(
-                "%s: perplexity gap to the wasserstein condition %.4f exceeds tolerance %.3f", key, gap, tolerance
-            )
+            gap_words = f"perplexity gap to the wasserstein condition {gap:.4f} exceeds tolerance {tolerance:.3f}"
+            misses.append(f"{key}: {gap_words}")
         elif not search_converged:
-            log.warning("%s: the matched search did not converge (%s)", key, summary["matched_search"].get("reason"))
+            misses.append(f"{key}: the matched search did not converge ({summary['matched_search'].get('reason')})")
+    return misses
 
 
-def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: str, benchmark: str) -> dict:
-    """Collect clean + all conditions of one benchmark into ``results/{model}/{revision}/{benchmark}.json``.
-
-    Conditions are keyed ``{scope}/{selector}/p{percent}`` (:func:`wneurons.experiment.grid.condition_key`);
-    random trials are summarised as mean and SEM (:func:`mean_and_sem_by_field`) with every trial kept.
-    """
-    results = [io.read_json(p) for p in result_paths]
-    clean = [r for r in results if r["condition"]["selector"] == "clean"]
-    if len(clean) != 1:
-        raise ValueError(f"expected exactly one clean result among {len(result_paths)} inputs, got {len(clean)}")
+def pooled_conditions(results: list[dict]) -> dict[str, dict]:
+    """The ablation conditions among one benchmark's per-condition results (clean ones skipped), keyed
+    ``{scope}/{selector}/p{percent}`` (:func:`wneurons.experiment.grid.condition_key`): a single result as it is,
+    random trials (and any condition with several) as mean and SEM (:func:`mean_and_sem_by_field`), every trial
+    kept. The aggregate job's conditions, and ``wneurons summary``'s."""
     groups: dict[str, list[dict]] = {}
     for r in results:
         c = r["condition"]
@@ -321,7 +317,19 @@ def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: 
                 "trials": [m["scores"] for m in members],
             }
         conditions[key] = summary
-    _check_matched_gaps(conditions)
+    return conditions
+
+
+def aggregate_job(result_paths: list[str], out_path: str, model: str, revision: str, benchmark: str) -> dict:
+    """Collect clean + all conditions of one benchmark into ``results/{model}/{revision}/{benchmark}.json``:
+    the conditions of :func:`pooled_conditions`, the matched ones checked against their wasserstein condition."""
+    results = [io.read_json(p) for p in result_paths]
+    clean = [r for r in results if r["condition"]["selector"] == "clean"]
+    if len(clean) != 1:
+        raise ValueError(f"expected exactly one clean result among {len(result_paths)} inputs, got {len(clean)}")
+    conditions = pooled_conditions(results)
+    for miss in check_matched_gaps(conditions):
+        log.warning(miss)
     out = {
         "model": model,
         "revision": revision,

@@ -1,4 +1,4 @@
-"""The replication layer: paired comparisons from per-item results, and the paper's claims table (C1-C29).
+"""The replication layer: paired comparisons from per-item results, and the paper's claims table (C1-C30).
 
 - :func:`paired_comparisons` compares the per-item results (``{benchmark}.items.parquet``, :func:`read_items`) of
   the clean model and every ablation condition of one checkpoint: each comparison the paper makes (W vs clean,

@@ -1,4 +1,4 @@
-"""The paper's quantitative claims (``docs/analyses.md`` section F, C1-C29) checked against result files.
+"""The paper's quantitative claims (``docs/analyses.md`` section F, C1-C30) checked against result files.
 
 - :mod:`.run`: the :class:`Run` reader (a run's models, files and config facts), :class:`Outcome`, the verdicts
   and the rules several checks share (CI verdicts, correlations, "not enough data at n = …");
