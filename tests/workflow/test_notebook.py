@@ -45,6 +45,18 @@ def test_the_notebook_example_runs(project):
     out = proc.stdout
     assert "run items: 24 BLiMP pairs" in out and "random trial 1 (" in out and "matched m=" in out, out
     assert "run's clean per-item results: 24 rows, equal to these" in out, out
+    # examples/run_items_equal.py (CI runs it on the demo): the run's clean BLiMP items through the API, same bytes
+    check = [
+        sys.executable,
+        str(REPO / "examples/run_items_equal.py"),
+        "config.yaml",
+        "tiny-llama",
+        "--model-dir",
+        "model",
+    ]
+    proc = subprocess.run(check, cwd=project, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "blimp clean: 24 items, equal to the run's" in proc.stdout, proc.stdout
 
 
 def test_a_result_files_condition_is_applied_as_recorded(project, tmp_path):

@@ -171,12 +171,13 @@ def shard_preflight():
         return
     jobs = [job for job in workflow.dag.needrun_jobs() if job.rule.name == "collect_activations"]
     budget = workflow.global_resources.get("activations_mb")
+    budget = getattr(budget, "value", budget)  # a Resource, its value None when --resources does not set it
     problems = shard_space.shard_space_problems(
         [
             (f"{j.wildcards.model}@{j.wildcards.revision}", str(j.output[0]), int(j.resources["activations_mb"]))
             for j in jobs
         ],
-        None if budget is None else int(getattr(budget, "value", budget)),
+        None if budget is None else int(budget),
     )
     if problems:
         sys.exit("shard preflight: no job was started:\n" + "\n".join(problems))
