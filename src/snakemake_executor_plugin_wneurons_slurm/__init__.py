@@ -395,15 +395,13 @@ class Executor(SlurmExecutor):
             line = f"wneurons-slurm: allocation {job.name} taken away by the site {count - 1} times (now {state})"
             self.end_for_good(job_info, line + ": given up; a new run resubmits what is left")
             return
-        if not wait_until_gone(jobid):
-            self.logger.warning(f"wneurons-slurm: SLURM job {jobid} still listed after {GONE_TIMEOUT_S} s")
-        left, total = unfinished(job, self.manifest_of(job)), len(members_of(job))
+        left, total = self.settle(job_info), len(members_of(job))
         self.logger.warning(
             f"wneurons-slurm: allocation {job.name} (SLURM job {jobid}) {state} (site event {count}): "
             f"{total - len(left)} of {total} members finished and are kept; the other {len(left)} are resubmitted "
             f"at the same request ({self.request(job)}; retries untouched, attempt {job.attempt})"
         )
-        remove_outputs(left, self.logger, job.jobid)
+        remove_outputs([member_entry(m) for m in left], self.logger, job.jobid)
         self.run_job(job)
 
     def timed_out(self, job_info) -> None:
@@ -412,8 +410,7 @@ class Executor(SlurmExecutor):
         the planned minutes of the members it finished, x 1.25), at most the site's limit; an attempt that finished
         nothing doubles the walltime, and a second one stops in one line naming the estimate's keys."""
         job, jobid = job_info.job, str(job_info.external_jobid)
-        wait_until_gone(jobid)
-        left = unfinished_members(job, self.manifest_of(job))
+        left = self.settle(job_info)
         before = self._left_at_submit.get(job.jobid, members_of(job))
         done = [m for m in before if m not in left]
         asked = WALLTIME.get(job.jobid) or self.asked(job)[0]
@@ -476,13 +473,7 @@ class Executor(SlurmExecutor):
     def report_job_error(self, job_info, msg=None, **kwargs) -> None:
         mark_reported(job_info)
         job = job_info.job
-        # No SLURM job id: sbatch refused the submission, so nothing ran and nothing is waited for.
-        if job_info.external_jobid and not wait_until_gone(str(job_info.external_jobid)):
-            self.logger.warning(
-                f"wneurons-slurm: SLURM job {job_info.external_jobid} still listed after {GONE_TIMEOUT_S} s; "
-                "its members are judged by the ledger as it is now"
-            )
-        left, total = unfinished(job, self.manifest_of(job)), len(members_of(job))
+        left, total = [member_entry(m) for m in self.settle(job_info)], len(members_of(job))
         # One line with the checkpoint, the cause and what is kept: Snakemake's own error lists every member.
         cause = (msg or "failed").splitlines()[0]
         self.logger.warning(
@@ -491,6 +482,18 @@ class Executor(SlurmExecutor):
         )
         remove_outputs(left, self.logger, job.jobid)
         super().report_job_error(job_info, msg, **kwargs)
+
+    def settle(self, job_info) -> list[JobExecutorInterface]:
+        """The allocation's unfinished members by its ledger, once SLURM no longer lists it (so no member still
+        writes): what a resubmission, a grown walltime or a retry runs again. No SLURM job id: sbatch refused the
+        submission, nothing ran and nothing is waited for."""
+        jobid = job_info.external_jobid
+        if jobid and not wait_until_gone(str(jobid)):
+            self.logger.warning(
+                f"wneurons-slurm: SLURM job {jobid} still listed after {GONE_TIMEOUT_S} s; "
+                "its members are judged by the ledger as it is now"
+            )
+        return unfinished_members(job_info.job, self.manifest_of(job_info.job))
 
     def manifest_of(self, job: JobExecutorInterface) -> Path:
         return Path(self.workflow.workdir_init) / ledger.manifest_path(self.run_uuid, job.name)

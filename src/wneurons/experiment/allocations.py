@@ -512,9 +512,10 @@ class Planner:
         it."""
         if (model, revision) not in self._plans:
             jobs = checkpoint_jobs(self.config, model, revision)
-            parts = self.stats_parts(model, revision)
-            if parts:  # the parts, then neuron_stats joining them, where the whole statistics job was
-                base = {"model": model, "revision": revision}
+            base = {"model": model, "revision": revision}
+            # A revision with statistics (not one of weight rows only): its parts, then neuron_stats joining them.
+            parts = self.stats_parts(model, revision) if ("neuron_stats", base) in jobs else None
+            if parts:
                 k = jobs.index(("neuron_stats", base))
                 jobs[k:k] = [(STATS_PART, base | {"layers": r}) for r in parts]
             load = allocation_load_minutes(self.config, model)
