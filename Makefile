@@ -101,5 +101,7 @@ bench-harness: install
 		--harness-python $(abspath $(BIN))/python --threads $(CORES) --n-pairs 200 --repeats 3 \
 		--low-precision-pairs 100 --out benchmarks/blimp_vs_harness.json
 
+# Everything `make demo` writes but the staged models and verified data (resources/models, resources/data), which a
+# next demo reuses: results/, logs/, benchmarks/, the activation shards and the staged capability suites.
 clean-demo:
-	rm -rf results/smollm2-135m results/figures logs benchmarks/*/ resources/activations/smollm2-135m
+	rm -rf results logs benchmarks resources/activations resources/kept-activations resources/suites

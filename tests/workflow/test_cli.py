@@ -4,6 +4,7 @@ syntax error stop in one line; ``plan`` and ``run -n`` go through the real Snake
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -171,3 +172,6 @@ def test_every_help_parses_and_explains_every_option(command):
     options = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("  -")]
     helped = [line for line in proc.stdout.splitlines() if line.startswith("  -") and len(line.split()) > 1]
     assert options and len(helped) >= len(options) - 1, proc.stdout  # every option has its text
+    assert proc.stdout.startswith(f"usage: wneurons {' '.join(command)}".rstrip()), proc.stdout[:200]  # review N18
+    doubled = re.search(r"\(default: [^)]*\)\s+\(default:", proc.stdout)
+    assert "(default: None)" not in proc.stdout and not doubled, proc.stdout

@@ -166,15 +166,26 @@ def hub_preflight():
 
 def shard_preflight():
     """Before any job of a real run: every collection's shards fit the free space where they go, and so do the
-    shards the `activations_mb` budget lets run at once (wneurons.experiment.shard_space; review N9)."""
+    shards the `activations_mb` budget lets run at once (wneurons.experiment.shard_space; review N9).
+    """
     if not workflow.is_main_process or workflow.touch:
         return
-    jobs = [job for job in workflow.dag.needrun_jobs() if job.rule.name == "collect_activations"]
+    jobs = [
+        job
+        for job in workflow.dag.needrun_jobs()
+        if job.rule.name == "collect_activations"
+    ]
     budget = workflow.global_resources.get("activations_mb")
-    budget = getattr(budget, "value", budget)  # a Resource, its value None when --resources does not set it
+    budget = getattr(
+        budget, "value", budget
+    )  # a Resource, its value None when --resources does not set it
     problems = shard_space.shard_space_problems(
         [
-            (f"{j.wildcards.model}@{j.wildcards.revision}", str(j.output[0]), int(j.resources["activations_mb"]))
+            (
+                f"{j.wildcards.model}@{j.wildcards.revision}",
+                str(j.output[0]),
+                int(j.resources["activations_mb"]),
+            )
             for j in jobs
         ],
         None if budget is None else int(budget),

@@ -288,8 +288,18 @@ def run_summary(args: argparse.Namespace, root: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------- the parser
+class DefaultsWhereUseful(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults appended to an option's help only where they say something: not None, and not where the help
+    already names its default (review N18: "(default: config/NAME.yaml) (default: None)")."""
+
+    def _get_help_string(self, action):
+        if action.default is None or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = DefaultsWhereUseful
     parser = argparse.ArgumentParser(
         prog="wneurons",
         description="Wasserstein neurons: configure, size and run the workflow (Snakemake underneath), and read "
@@ -453,11 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["compare"]:  # its own options and --help, unchanged
         from wneurons.report import compare
 
-        return compare.main(argv[1:])
+        return compare.main(argv[1:], prog="wneurons compare")
     if argv[:1] == ["power"]:
         from wneurons.report import power
 
-        return power.main(argv[1:])
+        return power.main(argv[1:], prog="wneurons power")
     args = build_parser().parse_args(argv)
     try:
         root = repository_root()

@@ -205,8 +205,8 @@ def compare_result_trees(
     return compare_trees(a, b, subset=subset, rtol=rtol).results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str = "python -m wneurons.report.compare") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("a")
     parser.add_argument("b")
     parser.add_argument("--subset", action="store_true", help="b may hold only some of a's files")

@@ -73,8 +73,8 @@ def _markdown(rows: list[dict], difference: float, alpha: float, power: float) -
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str = "python -m wneurons.report.power") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("paired", type=Path, help="a paired/{benchmark}.parquet table of a run")
     parser.add_argument("--difference", type=float, default=0.01, help="target accuracy difference (0.01: 1 pt)")
     parser.add_argument("--alpha", type=float, default=0.01, help="two-sided significance level (default 0.01)")
