@@ -146,6 +146,12 @@ def test_run_dry_run_and_plan_go_through_the_snakefile():
     assert proc.returncode == 0, proc.stderr[-2000:]
     for text in ("jobs: ", "GPU-hours at 300 TFLOP/s", "Allocations against the site's limits", "total written"):
         assert text in proc.stdout, proc.stdout
+    # Loads: one per allocation with a GPU job; the demo's weight-rows-only allocations load none (review 1.3).
+    groups = int(re.search(r"\((\d+) group jobs", proc.stdout)[1])
+    loads, idle = map(
+        int, re.search(r"model loads: (\d+) through .* the other (\d+) allocations", proc.stdout).groups()
+    )
+    assert 0 < loads < groups and loads + idle == groups, proc.stdout
 
 
 def test_run_as_the_readme_writes_it_needs_no_cores_argument():

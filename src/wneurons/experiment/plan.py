@@ -160,10 +160,13 @@ def print_grid(args: argparse.Namespace, root: Path) -> None:
         f"other jobs) = {(len(jobs) - 1) / with_groups:.1f}x fewer"
     )
     allocations = Counter(model_of_group(g, config["models"]) for g in group_jobs)
+    # An allocation of weight rows or statistics parts only runs no GPU rule and loads no model (review 1.3).
+    loading = {j.group for j in parsed if j.group is not None and j.rule in gpu}
     print(
-        f"model loads: {len(group_jobs):,} through the profile (one per allocation: its GPU jobs share one process "
-        f"and one loaded model); {sum(loads.values()):,} with one process per GPU job (the slurm plugin's group "
-        f"jobs, or no groups); {len(checkpoints):,} (model, revision) pairs x job slots in one process over the grid"
+        f"model loads: {len(loading):,} through the profile (one per allocation with a GPU job: its GPU jobs share "
+        f"one process and one loaded model; the other {len(group_jobs) - len(loading):,} allocations load none); "
+        f"{sum(loads.values()):,} with one process per GPU job (the slurm plugin's group jobs, or no groups); "
+        f"{len(checkpoints):,} (model, revision) pairs x job slots in one process over the grid"
     )
 
     def startup_and_load_h(model: str) -> float:
@@ -182,18 +185,19 @@ def print_grid(args: argparse.Namespace, root: Path) -> None:
         f"{args.load_gbps:g} GB/s (bf16 weights):"
     )
     header = f"{'model':<16}{'GPU jobs':>9}{'allocations':>12}{'compute h':>11}"
-    print(header + f"{'startup+load per job h':>24}{'per allocation h':>18}{'once per checkpoint h':>23}")
+    print(header + f"{'startup+load per job h':>24}{'per loading allocation h':>26}{'once per checkpoint h':>23}")
     ckpts = Counter(m for m, _ in checkpoints)
+    loading_allocations = Counter(model_of_group(g, config["models"]) for g in loading)
     total_once = total_alloc = 0.0
     for model in sorted(loads):
         once = ckpts[model] * startup_and_load_h(model)
-        per_alloc = allocations[model] * startup_and_load_h(model)
+        per_alloc = loading_allocations[model] * startup_and_load_h(model)
         total_once, total_alloc = total_once + once, total_alloc + per_alloc
         row = f"{model:<16}{loads[model]:>9,}{allocations[model]:>12,}{hours[model]:>11.1f}"
-        print(row + f"{per_job[model]:>24.1f}{per_alloc:>18.2f}{once:>23.2f}")
+        print(row + f"{per_job[model]:>24.1f}{per_alloc:>26.2f}{once:>23.2f}")
     total = sum(hours.values())
     row = f"{'total':<16}{sum(loads.values()):>9,}{len(group_jobs):>12,}{total:>11.1f}"
-    print(row + f"{sum(per_job.values()):>24.1f}{total_alloc:>18.2f}{total_once:>23.2f}")
+    print(row + f"{sum(per_job.values()):>24.1f}{total_alloc:>26.2f}{total_once:>23.2f}")
     print_allocations(config, site, requests)
     print_requests_against_use(config, site, parsed, requests, root)
 
