@@ -175,10 +175,9 @@ def shard_preflight():
         for job in workflow.dag.needrun_jobs()
         if job.rule.name == "collect_activations"
     ]
+    # A Resource, whose value is None where --resources does not set it.
     budget = workflow.global_resources.get("activations_mb")
-    budget = getattr(
-        budget, "value", budget
-    )  # a Resource, its value None when --resources does not set it
+    budget = getattr(budget, "value", budget)
     problems = shard_space.shard_space_problems(
         [
             (

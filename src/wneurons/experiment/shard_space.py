@@ -39,7 +39,8 @@ def shard_space_problems(
                 "elsewhere"
             )
             continue
-        at_once = sum(mb for _, mb in jobs) if budget_mb is None else min(budget_mb, sum(mb for _, mb in jobs))
+        total = sum(mb for _, mb in jobs)
+        at_once = total if budget_mb is None else min(budget_mb, total)
         if at_once > free_mb:
             problems.append(
                 f"activations_mb: {len(jobs)} collections may hold {_gb(at_once)} of shards at once under {root}, "

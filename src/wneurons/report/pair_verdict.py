@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from wneurons.core.uncertainty import paired_accuracy_difference
-from wneurons.report.claims.perturbation import C11_MARGIN, MATCHED_REACH, guard_by_match, search_match
+from wneurons.report.claims.perturbation import C11_MARGIN, guard_by_match, reach_state, search_match
 from wneurons.report.claims.run import difference_verdict
 from wneurons.report.replication import read_items
 from wneurons.store import io
@@ -28,14 +28,13 @@ from wneurons.store.io import sha256_file
 
 
 def match_state(search: dict) -> tuple[str, str]:
-    """The matched control's state from its ``search.json`` (C11's guard): :func:`search_match`, "weaker" also
-    where the search measured an NLL increase below MATCHED_REACH of W's."""
+    """The matched control's state from its ``search.json`` (C11's guard): :func:`search_match`, then
+    :func:`reach_state` of the NLL increase share the search measured."""
     state, words = search_match({"matched_search": search})
     reach = search.get("nll_increase_ratio")
     if reach is not None:
         words.append(f"reaches {100 * reach:.1f}% of W's NLL increase")
-        if state != "nothing" and reach < MATCHED_REACH:
-            state = "weaker"
+        state = reach_state(state, reach)
     return state, "; ".join(words) or "no perplexities in the search record"
 
 

@@ -214,6 +214,16 @@ def search_match(record: dict) -> tuple[str, list[str]]:
     return state, [f"perplexity {fmt(achieved)} vs W's {fmt(target)} ({sign}{fmt(100 * gap)}%)"]
 
 
+def reach_state(state: str, reach: float) -> str:
+    """A match state once the control's NLL increase is known as a share ``reach`` of W's: "weaker" below
+    MATCHED_REACH, an unknown state "matched" otherwise; "nothing" stays (W raised no NLL to share)."""
+    if state == "nothing":
+        return state
+    if reach < MATCHED_REACH:
+        return "weaker"
+    return "matched" if state == "unknown" else state
+
+
 def control_match(run: Run, model: str, percent: float = 1.0) -> tuple[str, str]:
     """(state, words) of how well the matched control matched W: :func:`search_match` of its search record, then
     "weaker" also where its NLL increase reaches less than MATCHED_REACH of W's (the paired perplexity rows);
@@ -229,10 +239,7 @@ def control_match(run: Run, model: str, percent: float = 1.0) -> tuple[str, str]
     reach = matched_reach(run, model, percent)
     if reach is not None:
         parts.append(f"reaches {fmt(100 * reach)}% of W's NLL increase")
-        if reach < MATCHED_REACH:
-            state = "weaker"
-        elif state == "unknown":
-            state = "matched"
+        state = reach_state(state, reach)
     words = "; ".join(parts) or "no matched search or paired perplexity in this run"
     return state, f"matched control {state if state != 'unknown' else 'match unknown'}: {words}"
 
