@@ -111,4 +111,26 @@ def test_states_and_refusals_classified():
     assert slurm_site.classify_refusal(busy) == slurm_site.TRANSIENT
     assert slurm_site.classify_refusal("sbatch: error: something new") is None
     line = slurm_site.request_line("gpu-m-r-a0", "7", 45, 4000, "SLURM holds it PENDING (PartitionTimeLimit)", None)
-    assert "asks 45 min and 4,000 MB" in line and "`max_runtime`" in line and "(SLURM job 7)" in line
+    assert "asks 45 min and 4,000 MB" in line and "(SLURM job 7)" in line
+    assert "lower `max_runtime` in the site file" in line
+
+
+@pytest.mark.parametrize(
+    ("why", "keys"),
+    [
+        ("SLURM holds it PENDING (PartitionTimeLimit)", "`max_runtime`"),
+        ("SLURM holds it PENDING (QOSMaxWallDurationPerJobLimit)", "`max_runtime`"),
+        (
+            "sbatch refuses it (sbatch: error: Requested time limit is invalid (missing or exceeds some limit))",
+            "`max_runtime`",
+        ),
+        ("SLURM holds it PENDING (MaxMemPerLimit)", "`max_mem_mb`"),
+        ("SLURM holds it PENDING (AssocMaxMemPerJob)", "`max_mem_mb`"),
+        ("sbatch refuses it (sbatch: error: Memory required by task is not available)", "`max_mem_mb`"),
+        ("SLURM holds it PENDING (PartitionNodeLimit)", "`max_runtime` / `max_mem_mb`"),
+    ],
+)
+def test_the_line_names_the_key_of_the_limit_exceeded(why, keys):
+    """Time reasons name max_runtime, memory reasons max_mem_mb, a reason naming neither both."""
+    line = slurm_site.request_line("gpu-m-r-a0", None, 45, 4000, why, None)
+    assert f"Fix: lower {keys} in the site file" in line, line

@@ -296,13 +296,29 @@ def classify_refusal(stderr: str) -> str | None:
     return None
 
 
+def limit_keys(why: str) -> str:
+    """The site file's key(s) that bound what SLURM's pending reason or refusal ``why`` says was exceeded: a time
+    (``PartitionTimeLimit``, ``QOSMaxWallDurationPerJobLimit``, "Requested time limit is invalid") is
+    ``max_runtime``, memory (``MaxMemPerLimit``, ``AssocMaxMemPerJob``, "Memory required by task is not available")
+    ``max_mem_mb``; a reason that names neither (a node count, a constraint) either."""
+    words = why.lower()
+    keys = [
+        key
+        for key, said in (("max_runtime", ("time", "wall")), ("max_mem_mb", ("mem",)))
+        if any(w in words for w in said)
+    ]
+    return " / ".join(f"`{key}`" for key in keys or ("max_runtime", "max_mem_mb"))
+
+
 def request_line(name: str, jobid: str | None, asked_min: int, asked_mb: int, why: str, limits: SiteLimits | None):
-    """The one line that ends an allocation that can never start: what it asked, the limit, the key that fixes it."""
+    """The one line that ends an allocation that can never start: what it asked, the limit, the key that fixes it
+    (:func:`limit_keys`)."""
     limit = f"; the site: {limits.describe()}" if limits else ""
     job = f" (SLURM job {jobid})" if jobid else ""
+    keys = limit_keys(why)
     return (
         f"wneurons-slurm: allocation {name}{job} can never start: {why}. It asks {asked_min} min and {asked_mb:,} MB"
-        f"{limit}. Fix: lower `max_runtime` / `max_mem_mb` in the site file (config key `site`), or remove them "
-        "there to plan from what SLURM states (config key `site_limits: slurm`), or name a partition or QOS that "
-        "allows the request (`gpu_partition`, `gpu_qos`)"
+        f"{limit}. Fix: lower {keys} in the site file (config key `site`), or leave it out of the file to plan from "
+        "what SLURM states (config key `site_limits: slurm`), or name a partition or QOS that allows the request "
+        "(`gpu_partition`, `gpu_qos`)"
     )
