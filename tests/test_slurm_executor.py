@@ -263,7 +263,8 @@ def test_earlier_allocations_of_this_directory_are_found(monkeypatch, tmp_path):
 
     monkeypatch.setattr(executor.subprocess, "run", lambda *a, **k: Done())
     found = executor.earlier_allocations(str(tmp_path.resolve()), user="u")
-    assert [f.split()[0] for f in found] == ["101", "102"]
+    assert [(f.jobid, f.state) for f in found] == [("101", "RUNNING"), ("102", "PENDING")]
+    assert str(found[1]) == "102 (PENDING, rule_gpu-m-r-a1)"  # as the restart's line names it
 
 
 def test_a_failed_allocation_is_waited_for_until_its_processes_ended(monkeypatch):
