@@ -78,6 +78,24 @@ def test_an_unreachable_site_plans_with_the_file_and_says_why(monkeypatch):
     assert site.max_runtime == 15 and slurm_site.READ_ERROR is None
 
 
+def test_what_one_process_read_is_handed_to_the_dry_run_it_starts(monkeypatch):
+    """`wneurons plan` reads the site, its dry run's Snakefile takes that reading (the limits, or why SLURM could not
+    be asked) from the environment instead of asking again (tests/workflow/test_cli.py counts the calls)."""
+    for name in ("READ_ERROR", "LIMITS", "MAX_RUNTIME"):
+        monkeypatch.setattr(slurm_site, name, None)
+    assert slurm_site.handed_on() == {}
+    slurm_site.site_from_slurm(Site(), None, run=fake(ANSWERS))
+    monkeypatch.setenv(slurm_site.READ_VARIABLE, slurm_site.handed_on()[slurm_site.READ_VARIABLE])
+    never = fake({}, failing=("scontrol", "sinfo", "sacctmgr"))  # SLURM is not asked again
+    site, notes = slurm_site.site_from_slurm(Site(), None, run=never)
+    assert (site.max_runtime, site.max_mem_mb) == (15, 19284) and notes[0].startswith("site_limits: read partition ci")
+    monkeypatch.delenv(slurm_site.READ_VARIABLE)
+    slurm_site.site_from_slurm(Site(), None, run=fake(ANSWERS, failing=("scontrol",)))
+    monkeypatch.setenv(slurm_site.READ_VARIABLE, slurm_site.handed_on()[slurm_site.READ_VARIABLE])
+    site, notes = slurm_site.site_from_slurm(Site(), None, run=fake(ANSWERS))  # SLURM answers now, and is not asked
+    assert site == Site() and notes[0].startswith("site_limits: slurm: `scontrol show partition -o` failed (rc 1)")
+
+
 @pytest.mark.parametrize(
     ("reason", "never"),
     [
