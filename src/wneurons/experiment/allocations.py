@@ -67,6 +67,13 @@ STATS_PART = "neuron_stats_part"
 CPU_MEMBERS = ("neuron_stats", STATS_PART, "weight_rows")
 
 
+def rate_rule(rule: str) -> str:
+    """The rule whose rate a job of ``rule`` is measured and planned at: a statistics part does the statistics'
+    work over its layers, so its rate is neuron_stats' (:mod:`wneurons.experiment.rates` measures it so, the
+    :class:`Planner` looks it up so)."""
+    return "neuron_stats" if rule == STATS_PART else rule
+
+
 def blimp_tokens(evaluation: dict) -> float:
     per = evaluation.get("blimp_pairs_per_paradigm") or BLIMP_PAIRS_PER_PARADIGM
     left = max(BLIMP_PAIRS_PER_PARADIGM - evaluation.get("blimp_pairs_offset", 0), 0)
@@ -570,12 +577,10 @@ class Planner:
         return self._estimate(rule, wildcards)
 
     def _estimate(self, rule: str, wildcards: dict) -> tuple[float, str]:
-        # A part of the statistics does the statistics' work: it is planned at their measured rate.
-        measured_as = "neuron_stats" if rule == STATS_PART else rule
         rate, source = None, "stated"
         if self.measured is not None:
             found = self.measured.rate(
-                measured_as, precision_of(self.config, rule), wildcards["model"], self.site.gpu_model
+                rate_rule(rule), precision_of(self.config, rule), wildcards["model"], self.site.gpu_model
             )
             if found is not None:
                 rate, source = found

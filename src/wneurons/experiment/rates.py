@@ -144,7 +144,7 @@ def measured_jobs(config: dict, results_dir: str | Path, root: str | Path = ".")
             work = allocations.job_work(config, rule, w, root)
             if not seconds or seconds <= 0 or work <= 0:
                 continue
-            rule = "neuron_stats" if rule == allocations.STATS_PART else rule
+            rule = allocations.rate_rule(rule)
             found.append((rule, w, result_provenance(rule, w), seconds, work))
     # A job that records no device ran on its checkpoint's allocation, whose other jobs may name it.
     device_at = {(w["model"], w["revision"]): p["device_name"] for _, w, p, _, _ in found if p.get("device_name")}
