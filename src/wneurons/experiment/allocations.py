@@ -277,10 +277,19 @@ def stated_rate(config: dict, site: Site, rule: str) -> float:
 
 
 def allocation_load_minutes(config: dict, model: str) -> float:
-    """What an allocation pays once before its first job computes: imports and its model's weights (at the larger
-    of the two stages' precisions)."""
+    """What an allocation that runs its model pays once before its first job computes: imports and its model's
+    weights (at the larger of the two stages' precisions)."""
     precision = max((precision_of(config, r) for r in ("collect_activations", "score_clean")), key=BYTES_PER_PARAM.get)
     return load_minutes(config["models"][model]["params_b"], precision)
+
+
+def member_load_minutes(config: dict, rule: str, model: str) -> float:
+    """What an allocation holding a job of ``rule`` pays once before its work: imports and the model's weights
+    (:func:`allocation_load_minutes`) for a job that runs the model; only the startup for one that reads files
+    (:data:`CPU_MEMBERS`: the statistics, their parts, the weight rows load no model, the pool loads one lazily, at a
+    job's first checkout). An allocation pays the largest of its members' (:func:`pack`). (neuron_stats collecting
+    in node-local scratch runs the model, but only where it shares its allocation with collection, which pays it.)"""
+    return STARTUP_S / 60 if rule in CPU_MEMBERS else allocation_load_minutes(config, model)
 
 
 def job_mem_mb(config: dict, site: Site, rule: str, wildcards: dict, attempt: int = 1) -> int:
@@ -445,25 +454,28 @@ def _pair_sampled(config: dict, model: str, revision: str) -> bool:
 
 
 def pack(
-    estimates: list[float], load: float, limit: int, margin: float, apart: list[bool] | None = None
+    estimates: list[float], load: float | list[float], limit: int, margin: float, apart: list[bool] | None = None
 ) -> tuple[list[int], list[int]]:
     """Allocation index and requested whole minutes of each job, in order, from their ``estimates`` (minutes, no
     margin). An allocation asks its estimates' sum, the margin once (``(margin - 1)`` x its largest estimate: one
-    member may take ``margin`` x its estimate), and ``load`` once (:func:`allocation_ask`); it takes jobs while that
-    ask stays within ``limit``. A job whose ``apart`` differs from the previous one's starts a new allocation.
-    Snakemake asks the sum of the members' runtimes, so the ask is spread over them (:func:`spread`)."""
+    member may take ``margin`` x its estimate), and its load once (:func:`allocation_ask`): ``load``, or with one
+    load per job (:func:`member_load_minutes`) the largest of its members'; it takes jobs while that ask stays within
+    ``limit``. A job whose ``apart`` differs from the previous one's starts a new allocation. Snakemake asks the sum
+    of the members' runtimes, so the ask is spread over them (:func:`spread`)."""
     apart = apart or [False] * len(estimates)
+    loads = load if isinstance(load, list) else [load] * len(estimates)
     indices, groups = [], [[]]
     for k, (e, a) in enumerate(zip(estimates, apart, strict=True)):
         group = groups[-1]
-        if group and (a != apart[k - 1] or allocation_ask([*(estimates[i] for i in group), e], load, margin) > limit):
+        paid = max(loads[i] for i in [*group, k])
+        if group and (a != apart[k - 1] or allocation_ask([*(estimates[i] for i in group), e], paid, margin) > limit):
             groups.append(group := [])
         group.append(k)
         indices.append(len(groups) - 1)
     requested = [0] * len(estimates)
     for group in groups:
-        members = [estimates[i] for i in group]
-        for i, ask in zip(group, spread(members, load, allocation_ask(members, load, margin)), strict=True):
+        members, paid = [estimates[i] for i in group], max(loads[i] for i in group)
+        for i, ask in zip(group, spread(members, paid, allocation_ask(members, paid, margin)), strict=True):
             requested[i] = ask
     return indices, requested
 
@@ -511,7 +523,8 @@ class Planner:
         self.sources: Counter[str] = Counter()
         self._parts: dict[tuple[str, str], list[str] | None] = {}
         self._plans: dict[tuple[str, str], dict[JobKey, tuple[int, int]]] = {}
-        self._members: dict[tuple[str, str], list[tuple[int, int, float]]] = {}  # (allocation, asked, estimate)
+        # per job: (allocation, asked, estimate, what its allocation pays before its work if it holds this job)
+        self._members: dict[tuple[str, str], list[tuple[int, int, float, float]]] = {}
 
     def plan(self, model: str, revision: str) -> dict[JobKey, tuple[int, int]]:
         """{job: (allocation index, requested minutes)} of one checkpoint, its statistics split by layer range where
@@ -525,13 +538,13 @@ class Planner:
             if parts:
                 k = jobs.index(("neuron_stats", base))
                 jobs[k:k] = [(STATS_PART, base | {"layers": r}) for r in parts]
-            load = allocation_load_minutes(self.config, model)
+            loads = [member_load_minutes(self.config, rule, model) for rule, _ in jobs]
             estimates = []
             for rule, w in jobs:
                 estimate, source = self.estimate(rule, w)
                 estimates.append(estimate)
                 self.sources[source] += 1
-            for (rule, w), e in zip(jobs, estimates, strict=True):
+            for (rule, w), e, load in zip(jobs, estimates, loads, strict=True):
                 alone = allocation_ask([e], load, self.site.margin)
                 if alone > self.site.max_runtime:
                     raise AllocationTooLong(
@@ -540,23 +553,24 @@ class Planner:
                         "cap the job's data (evaluation.*_per_*, perplexity_max_tokens, neurons.max_tokens)"
                     )
             apart = [is_capability(r, w) for r, w in jobs]
-            indices, requested = pack(estimates, load, self.site.max_runtime, self.site.margin, apart)
+            indices, requested = pack(estimates, loads, self.site.max_runtime, self.site.margin, apart)
             self._plans[model, revision] = {
                 job_key(r, w): (i, ask) for (r, w), i, ask in zip(jobs, indices, requested, strict=True)
             }
-            self._members[model, revision] = list(zip(indices, requested, estimates, strict=True))
+            self._members[model, revision] = list(zip(indices, requested, estimates, loads, strict=True))
         return self._plans[model, revision]
 
     def stats_parts(self, model: str, revision: str) -> list[str] | None:
         """The layer ranges (:func:`layer_ranges`) of a revision's statistics parts (:data:`STATS_PART`): the fewest
-        parts whose largest fits one allocation alone (its load, its estimate and the margin within the site's
-        max_runtime); None where the whole statistics job fits, or where not even one layer does (:meth:`plan`
-        then names the job). Per-layer statistics are independent, so the parts' rows are the whole job's."""
+        parts whose largest fits one allocation alone (the startup, its estimate and the margin within the site's
+        max_runtime: it loads no model); None where the whole statistics job fits, or where not even one layer does
+        (:meth:`plan` then names the job). Per-layer statistics are independent, so the parts' rows are the whole
+        job's."""
         if (model, revision) not in self._parts:
             self._parts[model, revision] = None
             base = {"model": model, "revision": revision}
             whole, _ = self._estimate("neuron_stats", base)
-            load, limit = allocation_load_minutes(self.config, model), self.site.max_runtime
+            load, limit = member_load_minutes(self.config, STATS_PART, model), self.site.max_runtime
             layers = revision_layers(self.config, model, revision)
             if allocation_ask([whole], load, self.site.margin) > limit:
                 for n in range(2, len(layers) + 1):
@@ -588,15 +602,17 @@ class Planner:
 
     def allocation_minutes(self, model: str, revision: str) -> list[tuple[int, float]]:
         """(requested, expected) minutes of each allocation of one checkpoint: what it asks, and the planner's own
-        estimate of its members' compute plus its model's load, without the margin."""
+        estimate of its members' compute plus what it pays before its work (its model's load, or the startup alone:
+        :func:`member_load_minutes`), without the margin."""
         self.plan(model, revision)
         members = self._members[model, revision]
-        asked = [0] * (1 + max((i for i, _, _ in members), default=-1))
-        expected = [allocation_load_minutes(self.config, model)] * len(asked)
-        for i, ask, estimate in members:
+        asked = [0] * (1 + max((i for i, _, _, _ in members), default=-1))
+        expected, paid = [0.0] * len(asked), [0.0] * len(asked)
+        for i, ask, estimate, load in members:
             asked[i] += ask
             expected[i] += estimate
-        return list(zip(asked, expected, strict=True))
+            paid[i] = max(paid[i], load)
+        return [(a, e + p) for a, e, p in zip(asked, expected, paid, strict=True)]
 
     def capability_sizes(self) -> str:
         """Where the capability suite's document counts come from (:func:`capability_docs`)."""
@@ -609,7 +625,7 @@ class Planner:
         """The walltime a job asks: its share of its allocation's (the first job also its model's load)."""
         planned = self._planned(rule, wildcards)
         if planned is None:
-            load = allocation_load_minutes(self.config, wildcards["model"])
+            load = member_load_minutes(self.config, rule, wildcards["model"])
             return math.ceil(self.site.margin * self.estimate(rule, wildcards)[0] + load)
         return planned[1]
 

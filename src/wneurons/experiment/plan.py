@@ -21,8 +21,8 @@ from wneurons.experiment.allocations import (
     CPU_MEMBERS,
     Planner,
     Site,
-    allocation_load_minutes,
     capability_docs,
+    member_load_minutes,
     site_path,
     tokens_of,
 )
@@ -209,22 +209,26 @@ def print_requests_against_use(
     config: dict, site: Site, jobs: list[Job], requests: dict[str, tuple[int, int]], root: Path
 ) -> None:
     """Print the GPU-hours the allocations ask (their members' runtimes) against those the planner expects them to
-    use (its members' estimates at the site's rates, without the margin, plus one model load per allocation), and
-    where the capability suite's sizes come from."""
+    use (its members' estimates at the site's rates, without the margin, plus what it pays once before its work:
+    its model's load, or the startup alone where it runs no model), and where the capability suite's sizes come
+    from."""
     planner = Planner(config, site, root=root)  # the Snakefile's estimates: measured rates where the site has them
-    expected = defaultdict(float)
+    expected, paid = defaultdict(float), defaultdict(float)
     for job in jobs:
         if job.group in requests:
             minutes, source = planner.estimate(job.rule, job.wildcards)
             expected[job.group] += minutes
             planner.sources[source] += 1
+            load = member_load_minutes(config, job.rule, model_of_group(job.group, config["models"]))
+            paid[job.group] = max(paid[job.group], load)
     for group in requests:
-        expected[group] += allocation_load_minutes(config, model_of_group(group, config["models"]))
+        expected[group] += paid[group]
     asked_h, expected_h = sum(m for m, _ in requests.values()) / 60, sum(expected.values()) / 60
     ratio = asked_h / expected_h if expected_h else float("nan")
     print(
         f"\nRequested / expected GPU-hours of the allocations: {asked_h:,.0f} / {expected_h:,.0f} = {ratio:.2f} "
-        f"(expected: the planner's estimates at the site's rates, no margin, one load per allocation; margin "
+        f"(expected: the planner's estimates at the site's rates, no margin, one load per allocation, the startup "
+        f"alone where it runs no model; margin "
         f"{site.margin:g} once per allocation)"
     )
     _, source = capability_docs(config["evaluation"]["capability"], root)
