@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wneurons.experiment import allocations, paths
+from wneurons.experiment import allocations, paths, workload
 from wneurons.experiment.allocations import Planner, Site, allocation_ask, checkpoint_jobs, is_capability, job_key, pack
 from wneurons.experiment.config import validate_config
 from wneurons.store import lmeval_tasks
@@ -141,25 +141,25 @@ def test_layer_ranges_are_contiguous_the_larger_first_and_named_by_their_ends():
 
 def test_capability_sizes_come_from_the_staged_suite_else_the_stated_counts(tmp_path):
     capability = {"source": "hub", "tasks": ["arc_easy", "hellaswag", "unknown_task"], "limits": {"hellaswag": 2000}}
-    docs, source = allocations.capability_docs(capability, tmp_path)
-    assert docs == {"arc_easy": 2376, "hellaswag": 2000, "unknown_task": allocations.CAPABILITY_DOCS_PER_TASK}
+    docs, source = workload.capability_docs(capability, tmp_path)
+    assert docs == {"arc_easy": 2376, "hellaswag": 2000, "unknown_task": workload.CAPABILITY_DOCS_PER_TASK}
     assert "stated" in source and "bound" in source and "staged" not in source
     staged = tmp_path / paths.capability_tasks("hub")
     staged.mkdir(parents=True)
     record = {"tasks": {t: {"n_eval_docs": n} for t, n in [("arc_easy", 2000), ("hellaswag", 1500)]}}
     (staged / lmeval_tasks.STAGED_FILE).write_text(json.dumps(record))
-    docs, source = allocations.capability_docs(capability, tmp_path)
+    docs, source = workload.capability_docs(capability, tmp_path)
     assert docs["arc_easy"] == 2000 and docs["hellaswag"] == 1500  # the limit caps only what is larger
     assert "bound" in source and "staged" in source and "stated" not in source
-    tokens = allocations.capability_tokens({"capability": capability}, tmp_path)
-    per_doc = allocations.CAPABILITY_TOKENS_PER_TASK_DOC
-    expected = 2000 * per_doc["arc_easy"] + 1500 * per_doc["hellaswag"] + 10_000 * allocations.CAPABILITY_TOKENS_PER_DOC
+    tokens = workload.capability_tokens({"capability": capability}, tmp_path)
+    per_doc = workload.CAPABILITY_TOKENS_PER_TASK_DOC
+    expected = 2000 * per_doc["arc_easy"] + 1500 * per_doc["hellaswag"] + 10_000 * workload.CAPABILITY_TOKENS_PER_DOC
     assert tokens == expected
 
 
 def test_the_paper_suite_is_sized_from_its_documents_not_the_bound():
     config = config_of("config.yaml")
-    docs, _ = allocations.capability_docs(config["evaluation"]["capability"], REPO / "tests")
+    docs, _ = workload.capability_docs(config["evaluation"]["capability"], REPO / "tests")
     assert sum(docs.values()) == 2376 + 1838 + 2000 + 1267 + 5153  # HellaSwag at its limit
 
 

@@ -21,14 +21,13 @@ from wneurons.experiment.allocations import (
     CPU_MEMBERS,
     Planner,
     Site,
-    capability_docs,
     member_load_minutes,
     site_path,
-    tokens_of,
 )
 from wneurons.experiment.config import validate_config
 from wneurons.experiment.grid import WIKITEXT2_TEST_TOKENS, collected_layers, neurons_per_layer_of, shard_bytes
 from wneurons.experiment.rule_files import rules_with
+from wneurons.experiment.workload import capability_docs, tokens_of
 
 __all__ = [
     "Job",

@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from wneurons.experiment import allocations, paths
+from wneurons.experiment import allocations, paths, workload
 from wneurons.experiment.grid import Condition
 from wneurons.experiment.measured_rates import UNITS, UNKNOWN_DEVICE, MeasuredRates  # noqa: F401 (re-exported)
 from wneurons.store import io
@@ -154,7 +154,7 @@ def measured_jobs(config: dict, results_dir: str | Path, root: str | Path = ".")
         # The CPU members' rate does not depend on a precision: keyed by the one the planner looks up.
         precision = prov.get("precision") if rule not in allocations.CPU_MEMBERS else None
         precision = precision or allocations.precision_of(config, rule)
-        tokens = allocations.tokens_of(config, rule, w, root)
+        tokens = workload.tokens_of(config, rule, w, root)
         jobs.append(Job(rule, w, precision, device, work, seconds, tokens))
     return jobs
 
