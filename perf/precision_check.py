@@ -277,10 +277,10 @@ VOCAB = {"pythia": 50_304, "llama": 128_256, "mistral": 32_768, "qwen3": 151_936
 def cost(args) -> None:
     import yaml
 
-    from wneurons.experiment.allocations import tokens_of
     from wneurons.experiment.config import validate_config
     from wneurons.experiment.plan import dry_run  # perf/grid_jobs.py's dry run: the GPU-hours table's own
     from wneurons.experiment.rule_files import rules_with
+    from wneurons.experiment.workload import tokens_of
 
     schema = ROOT / "workflow/schemas/config.schema.yaml"
     config = validate_config(yaml.safe_load((ROOT / args.config).read_text()), schema)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
-from wneurons.experiment import allocations, paths
+from wneurons.experiment import allocations, paths, workload
 from wneurons.experiment.allocations import Planner, Site, allocation_ask, checkpoint_jobs, is_capability, job_key, pack
 from wneurons.experiment.config import validate_config
 from wneurons.store import lmeval_tasks
@@ -76,7 +77,7 @@ def test_statistics_longer_than_the_limit_split_into_the_fewest_layer_ranges_tha
     model, revision = "pythia-12b", config["models"]["pythia-12b"]["final_revision"]
     base = {"model": model, "revision": revision}
     whole = allocations.job_estimate_minutes(config, site, "neuron_stats", base)  # at the stated rate, as planned
-    load = allocations.allocation_load_minutes(config, model)
+    load = allocations.member_load_minutes(config, allocations.STATS_PART, model)  # alone: no model to load
     assert allocation_ask([whole], load, site.margin) > site.max_runtime
     parts = planner.stats_parts(model, revision)
     assert parts == ["0-11", "12-23", "24-35"]
@@ -94,6 +95,32 @@ def test_statistics_longer_than_the_limit_split_into_the_fewest_layer_ranges_tha
     assert planner.stats_parts("pythia-70m", config["models"]["pythia-70m"]["final_revision"]) is None
     default = Planner(config, Site(), root=REPO / "tests")
     assert not any(default.stats_parts(m, r) for m, r in checkpoints(config))
+
+
+@pytest.mark.parametrize("limit", [240, 1440])
+def test_an_allocation_without_a_model_job_pays_the_startup_not_a_load(limit):
+    """The statistics (and their parts) and the weight rows read files and load no model: an allocation of only such
+    members asks their estimates, the margin and the startup; one with a job that runs the model also its load. Both
+    kinds occur in the paper grid (weight-rows-only checkpoints; on a 4 h site, allocations of a statistics part)."""
+    config = config_of("config.yaml")
+    planner = Planner(config, Site(max_runtime=limit), root=REPO / "tests")
+    startup, kinds = allocations.STARTUP_S / 60, Counter()
+    for model, revision in checkpoints(config):
+        plan = planner.plan(model, revision)
+        members: dict[int, list[tuple[str, float]]] = {}
+        for (rule, w), (k, _) in plan.items():
+            members.setdefault(k, []).append((rule, planner.estimate(rule, dict(w))[0]))
+        load = allocations.allocation_load_minutes(config, model)
+        assert load > startup  # the model's weights: the two differ, the test can tell them apart
+        for k, (asked, expected) in enumerate(planner.allocation_minutes(model, revision)):
+            runs_model = any(rule not in allocations.CPU_MEMBERS for rule, _ in members[k])
+            paid = load if runs_model else startup
+            estimates = [e for _, e in members[k]]
+            assert expected == pytest.approx(sum(estimates) + paid), (model, revision, k)
+            assert asked == allocation_ask(estimates, paid, planner.site.margin), (model, revision, k)
+            kinds[runs_model, tuple(sorted({rule for rule, _ in members[k]}))] += 1
+    assert (False, ("weight_rows",)) in kinds
+    assert (False, (allocations.STATS_PART,)) in kinds or limit == 1440
 
 
 def test_statistics_whose_single_layer_does_not_fit_are_refused_naming_the_job():
@@ -114,25 +141,25 @@ def test_layer_ranges_are_contiguous_the_larger_first_and_named_by_their_ends():
 
 def test_capability_sizes_come_from_the_staged_suite_else_the_stated_counts(tmp_path):
     capability = {"source": "hub", "tasks": ["arc_easy", "hellaswag", "unknown_task"], "limits": {"hellaswag": 2000}}
-    docs, source = allocations.capability_docs(capability, tmp_path)
-    assert docs == {"arc_easy": 2376, "hellaswag": 2000, "unknown_task": allocations.CAPABILITY_DOCS_PER_TASK}
+    docs, source = workload.capability_docs(capability, tmp_path)
+    assert docs == {"arc_easy": 2376, "hellaswag": 2000, "unknown_task": workload.CAPABILITY_DOCS_PER_TASK}
     assert "stated" in source and "bound" in source and "staged" not in source
     staged = tmp_path / paths.capability_tasks("hub")
     staged.mkdir(parents=True)
     record = {"tasks": {t: {"n_eval_docs": n} for t, n in [("arc_easy", 2000), ("hellaswag", 1500)]}}
     (staged / lmeval_tasks.STAGED_FILE).write_text(json.dumps(record))
-    docs, source = allocations.capability_docs(capability, tmp_path)
+    docs, source = workload.capability_docs(capability, tmp_path)
     assert docs["arc_easy"] == 2000 and docs["hellaswag"] == 1500  # the limit caps only what is larger
     assert "bound" in source and "staged" in source and "stated" not in source
-    tokens = allocations.capability_tokens({"capability": capability}, tmp_path)
-    per_doc = allocations.CAPABILITY_TOKENS_PER_TASK_DOC
-    expected = 2000 * per_doc["arc_easy"] + 1500 * per_doc["hellaswag"] + 10_000 * allocations.CAPABILITY_TOKENS_PER_DOC
+    tokens = workload.capability_tokens({"capability": capability}, tmp_path)
+    per_doc = workload.CAPABILITY_TOKENS_PER_TASK_DOC
+    expected = 2000 * per_doc["arc_easy"] + 1500 * per_doc["hellaswag"] + 10_000 * workload.CAPABILITY_TOKENS_PER_DOC
     assert tokens == expected
 
 
 def test_the_paper_suite_is_sized_from_its_documents_not_the_bound():
     config = config_of("config.yaml")
-    docs, _ = allocations.capability_docs(config["evaluation"]["capability"], REPO / "tests")
+    docs, _ = workload.capability_docs(config["evaluation"]["capability"], REPO / "tests")
     assert sum(docs.values()) == 2376 + 1838 + 2000 + 1267 + 5153  # HellaSwag at its limit
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wneurons.experiment import allocations, paths, rates
+from wneurons.experiment import allocations, paths, rates, workload
 from wneurons.experiment.allocations import Planner, Site, checkpoint_jobs, job_work, precision_of, stated_rate
 from wneurons.experiment.config import validate_config
 
@@ -81,7 +81,7 @@ def test_rates_are_the_planners_work_over_the_measured_seconds(config, measured_
     assert clean["median"] == pytest.approx(2.25 * stated["score_clean"], rel=1e-4)
     blimp = SMOL | {"benchmark": "blimp"}
     seconds = job_work(config, "score_clean", blimp) / (0.5 * stated["score_clean"] * 1e12)
-    tokens = allocations.tokens_of(config, "score_clean", blimp)
+    tokens = workload.tokens_of(config, "score_clean", blimp)
     assert clean["models"]["smollm2-135m"]["tokens_per_s"] == pytest.approx(tokens / seconds, rel=1e-4)
     assert entries["collect_activations", H100]["median"] == pytest.approx(3 * stated["collect_activations"], rel=1e-4)
 

@@ -14,7 +14,7 @@ import yaml
 
 import snakemake_executor_plugin_wneurons_slurm as executor
 from snakemake_executor_plugin_wneurons_slurm.allocation import without_finished
-from wneurons.experiment import allocations
+from wneurons.experiment import allocations, workload
 from wneurons.experiment.allocations import Planner, Site, checkpoint_jobs, job_key, pack
 from wneurons.experiment.config import validate_config
 from wneurons.jobs import ledger
@@ -101,9 +101,9 @@ def test_runtime_comes_from_work_not_from_the_model_alone():
 def test_blimp_work_counts_the_pairs_an_offset_leaves():
     # 1,000 pairs per paradigm: at offset 990 only 10 are left to score, whatever blimp_pairs_per_paradigm says.
     per = {"blimp_pairs_per_paradigm": 100}
-    assert allocations.blimp_tokens(per | {"blimp_pairs_offset": 990}) == allocations.blimp_tokens(per) / 10
-    assert allocations.blimp_tokens(per | {"blimp_pairs_offset": 900}) == allocations.blimp_tokens(per)
-    assert allocations.blimp_tokens(per | {"blimp_pairs_offset": 1000}) == 0
+    assert workload.blimp_tokens(per | {"blimp_pairs_offset": 990}) == workload.blimp_tokens(per) / 10
+    assert workload.blimp_tokens(per | {"blimp_pairs_offset": 900}) == workload.blimp_tokens(per)
+    assert workload.blimp_tokens(per | {"blimp_pairs_offset": 1000}) == 0
 
 
 # ---------------------------------------------------------------- the site file
@@ -263,7 +263,8 @@ def test_earlier_allocations_of_this_directory_are_found(monkeypatch, tmp_path):
 
     monkeypatch.setattr(executor.subprocess, "run", lambda *a, **k: Done())
     found = executor.earlier_allocations(str(tmp_path.resolve()), user="u")
-    assert [f.split()[0] for f in found] == ["101", "102"]
+    assert [(f.jobid, f.state) for f in found] == [("101", "RUNNING"), ("102", "PENDING")]
+    assert str(found[1]) == "102 (PENDING, rule_gpu-m-r-a1)"  # as the restart's line names it
 
 
 def test_a_failed_allocation_is_waited_for_until_its_processes_ended(monkeypatch):

@@ -78,6 +78,24 @@ def test_an_unreachable_site_plans_with_the_file_and_says_why(monkeypatch):
     assert site.max_runtime == 15 and slurm_site.READ_ERROR is None
 
 
+def test_what_one_process_read_is_handed_to_the_dry_run_it_starts(monkeypatch):
+    """`wneurons plan` reads the site, its dry run's Snakefile takes that reading (the limits, or why SLURM could not
+    be asked) from the environment instead of asking again (tests/workflow/test_cli.py counts the calls)."""
+    for name in ("READ_ERROR", "LIMITS", "MAX_RUNTIME"):
+        monkeypatch.setattr(slurm_site, name, None)
+    assert slurm_site.handed_on() == {}
+    slurm_site.site_from_slurm(Site(), None, run=fake(ANSWERS))
+    monkeypatch.setenv(slurm_site.READ_VARIABLE, slurm_site.handed_on()[slurm_site.READ_VARIABLE])
+    never = fake({}, failing=("scontrol", "sinfo", "sacctmgr"))  # SLURM is not asked again
+    site, notes = slurm_site.site_from_slurm(Site(), None, run=never)
+    assert (site.max_runtime, site.max_mem_mb) == (15, 19284) and notes[0].startswith("site_limits: read partition ci")
+    monkeypatch.delenv(slurm_site.READ_VARIABLE)
+    slurm_site.site_from_slurm(Site(), None, run=fake(ANSWERS, failing=("scontrol",)))
+    monkeypatch.setenv(slurm_site.READ_VARIABLE, slurm_site.handed_on()[slurm_site.READ_VARIABLE])
+    site, notes = slurm_site.site_from_slurm(Site(), None, run=fake(ANSWERS))  # SLURM answers now, and is not asked
+    assert site == Site() and notes[0].startswith("site_limits: slurm: `scontrol show partition -o` failed (rc 1)")
+
+
 @pytest.mark.parametrize(
     ("reason", "never"),
     [
@@ -111,4 +129,26 @@ def test_states_and_refusals_classified():
     assert slurm_site.classify_refusal(busy) == slurm_site.TRANSIENT
     assert slurm_site.classify_refusal("sbatch: error: something new") is None
     line = slurm_site.request_line("gpu-m-r-a0", "7", 45, 4000, "SLURM holds it PENDING (PartitionTimeLimit)", None)
-    assert "asks 45 min and 4,000 MB" in line and "`max_runtime`" in line and "(SLURM job 7)" in line
+    assert "asks 45 min and 4,000 MB" in line and "(SLURM job 7)" in line
+    assert "lower `max_runtime` in the site file" in line
+
+
+@pytest.mark.parametrize(
+    ("why", "keys"),
+    [
+        ("SLURM holds it PENDING (PartitionTimeLimit)", "`max_runtime`"),
+        ("SLURM holds it PENDING (QOSMaxWallDurationPerJobLimit)", "`max_runtime`"),
+        (
+            "sbatch refuses it (sbatch: error: Requested time limit is invalid (missing or exceeds some limit))",
+            "`max_runtime`",
+        ),
+        ("SLURM holds it PENDING (MaxMemPerLimit)", "`max_mem_mb`"),
+        ("SLURM holds it PENDING (AssocMaxMemPerJob)", "`max_mem_mb`"),
+        ("sbatch refuses it (sbatch: error: Memory required by task is not available)", "`max_mem_mb`"),
+        ("SLURM holds it PENDING (PartitionNodeLimit)", "`max_runtime` / `max_mem_mb`"),
+    ],
+)
+def test_the_line_names_the_key_of_the_limit_exceeded(why, keys):
+    """Time reasons name max_runtime, memory reasons max_mem_mb, a reason naming neither both."""
+    line = slurm_site.request_line("gpu-m-r-a0", None, 45, 4000, why, None)
+    assert f"Fix: lower {keys} in the site file" in line, line

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import snakemake_executor_plugin_slurm as slurm_plugin
 from snakemake.io import is_flagged
@@ -115,9 +116,20 @@ def remove_outputs(entries: list[tuple[str, list[str], list[str]]], log, jobid) 
     return removed
 
 
-def earlier_allocations(workdir: str, user: str | None = None) -> list[str]:
-    """``jobid (state, comment)`` of this user's SLURM jobs that a wneurons-slurm run of ``workdir`` submitted
-    (comment ``rule_...``) and that may still run; [] when squeue cannot be asked."""
+class EarlierAllocation(NamedTuple):
+    """A SLURM job of an earlier wneurons-slurm run of this directory that may still run."""
+
+    jobid: str
+    state: str  # squeue's long name: PENDING, RUNNING, ...
+    comment: str  # rule_<group>: the allocation it is
+
+    def __str__(self) -> str:
+        return f"{self.jobid} ({self.state}, {self.comment})"
+
+
+def earlier_allocations(workdir: str, user: str | None = None) -> list[EarlierAllocation]:
+    """This user's SLURM jobs that a wneurons-slurm run of ``workdir`` submitted (comment ``rule_...``) and that may
+    still run; [] when squeue cannot be asked."""
     fmt = "%i|%T|%Z|%k"
     cmd = ["squeue", "-h", "-u", user or getpass.getuser(), "-o", fmt]
     try:
@@ -128,7 +140,7 @@ def earlier_allocations(workdir: str, user: str | None = None) -> list[str]:
     for line in out.splitlines():
         jobid, state, where, comment = (line.split("|", 3) + ["", "", ""])[:4]
         if state in ACTIVE_STATES and comment.startswith("rule_") and os.path.realpath(where) == workdir:
-            found.append(f"{jobid} ({state}, {comment})")
+            found.append(EarlierAllocation(jobid, state, comment))
     return found
 
 
@@ -266,18 +278,18 @@ class Executor(SlurmExecutor):
         running = [] if test_mode else earlier_allocations(workdir)
         # Those still PENDING never started (the profile submits --no-requeue): nothing of theirs runs, so they are
         # cancelled, and this run submits their members again. Only running ones stop the restart.
-        pending = [a for a in running if a.split(" ", 1)[1].startswith("(PENDING,")]
+        pending = [a for a in running if a.state == "PENDING"]
         if pending:
-            subprocess.run(["scancel", *(a.split()[0] for a in pending)], capture_output=True, timeout=60)
+            subprocess.run(["scancel", *(a.jobid for a in pending)], capture_output=True, timeout=60)
             self.logger.warning(
                 f"wneurons-slurm: cancelled {len(pending)} PENDING allocation(s) of an earlier run of {workdir} "
-                f"(never started; this run submits their members): {'; '.join(pending[:5])}"
+                f"(never started; this run submits their members): {'; '.join(map(str, pending[:5]))}"
             )
-            running = [a for a in running if a not in pending]
+            running = [a for a in running if a.state != "PENDING"]
         if running:
             raise WorkflowError(
                 f"wneurons-slurm: {len(running)} allocation(s) of an earlier run of {workdir} may still run: "
-                f"{'; '.join(running[:5])}{' ...' if len(running) > 5 else ''}. Wait for them to end "
+                f"{'; '.join(map(str, running[:5]))}{' ...' if len(running) > 5 else ''}. Wait for them to end "
                 "(squeue --me) or scancel them, then start again: their finished members are kept."
             )
 

@@ -9,6 +9,7 @@ Counting those over every log of a run counts each job's finished executions acr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -18,6 +19,8 @@ from pathlib import Path
 
 from tiny_project import REPO, snakemake_command
 
+# The CI cluster's default partition (.ci/slurm/up.sh, SLURM_CI_PARTITION; profiles/slurm-ci names it).
+PARTITION = os.environ.get("SLURM_CI_PARTITION", "ci")
 PROFILES = ("--profile", str(REPO / "profiles/slurm"), "--profile", str(REPO / "profiles/slurm-ci"))
 TIMEOUT_S = 600
 
@@ -95,3 +98,56 @@ def active_jobs(root: Path) -> list[str]:
 
 def scontrol(*args: str) -> None:
     subprocess.run(["scontrol", *args], check=True, timeout=30, capture_output=True)
+
+
+@contextlib.contextmanager
+def slurm_setting(key: str, value: str):
+    """The CI cluster with ``<key>=<value>`` in its slurm.conf (``scontrol reconfigure``, which also restores the
+    partitions as slurm.conf states them), restored after."""
+    conf = Path(os.environ.get("SLURM_CI_DIR", "/tmp/wneurons-slurm")) / "etc/slurm.conf"
+    before = conf.read_text()
+    assert re.search(rf"(?m)^{key}=", before), f"no {key} in {conf}"
+    conf.write_text(re.sub(rf"(?m)^{key}=\w+$", f"{key}={value}", before))
+    try:
+        scontrol("reconfigure")
+        yield
+    finally:
+        conf.write_text(before)
+        scontrol("reconfigure")
+
+
+@contextlib.contextmanager
+def partition_setting(key: str, value: str):
+    """The CI cluster's partition with ``<key>=<value>`` (``scontrol update``: until the next reconfigure, so inside
+    any :func:`slurm_setting`), restored after."""
+    before = partition_value(key)
+    # scontrol shows an unset MaxMemPerNode as UNLIMITED but takes only a number back: 0 is SLURM's "unlimited".
+    before = "0" if (key, before) == ("MaxMemPerNode", "UNLIMITED") else before
+    scontrol("update", f"PartitionName={PARTITION}", f"{key}={value}")
+    try:
+        yield
+    finally:
+        scontrol("update", f"PartitionName={PARTITION}", f"{key}={before}")
+
+
+def partition_value(key: str) -> str:
+    """``key``'s value in ``scontrol show partition`` of the CI cluster's partition."""
+    out = subprocess.run(["scontrol", "show", "partition", PARTITION], capture_output=True, text=True, timeout=30)
+    for field in out.stdout.split():
+        if field.startswith(f"{key}="):
+            return field.split("=", 1)[1]
+    raise AssertionError(f"no {key} in scontrol show partition {PARTITION}")
+
+
+def time_limits(jobids: list[str]) -> dict[str, int]:
+    """{SLURM job id: its time limit in minutes} of jobs squeue still lists (finished ones for MinJobAge)."""
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", ",".join(jobids), "-o", "%i|%l"], capture_output=True, text=True, timeout=30
+    ).stdout
+    limits = {}
+    for line in out.splitlines():
+        jobid, limit = line.split("|")
+        days, _, clock = limit.rpartition("-")
+        h, m, sec = ([0, 0, 0] + [int(x) for x in clock.split(":")])[-3:]
+        limits[jobid] = int(days or 0) * 1440 + 60 * h + m + (sec > 0)
+    return limits

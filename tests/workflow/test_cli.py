@@ -4,6 +4,7 @@ syntax error stop in one line; ``plan`` and ``run -n`` go through the real Snake
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -152,6 +153,38 @@ def test_run_dry_run_and_plan_go_through_the_snakefile():
         int, re.search(r"model loads: (\d+) through .* the other (\d+) allocations", proc.stdout).groups()
     )
     assert 0 < loads < groups and loads + idle == groups, proc.stdout
+
+
+# Stand-ins for SLURM's commands (on PATH before the real ones): each call is logged, the answers are a site with a
+# 45-minute MaxTime.
+FAKE_SLURM = {
+    "scontrol": """case "$1 $2" in
+  "show partition") echo "PartitionName=gpu Default=YES QoS=N/A MaxTime=00:45:00 MaxMemPerNode=UNLIMITED Nodes=g1" ;;
+  "show config") echo "EnforcePartLimits       = NO" ;;
+  *) exit 1 ;;
+esac""",
+    "sinfo": 'echo "64000|gpu:1"',
+    "sacctmgr": "exit 1",
+}
+
+
+def test_plan_asks_slurm_once(tmp_path):
+    """`wneurons plan` reads the site's limits once and hands them to its dry run (slurm_site.READ_VARIABLE), where
+    the Snakefile would otherwise ask SLURM again; the plan is made within what it read."""
+    calls = tmp_path / "calls"
+    for name, answer in FAKE_SLURM.items():
+        (tmp_path / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n{answer}\n')
+        (tmp_path / name).chmod(0o755)
+    env = os.environ | {"PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [*WNEURONS, "plan", "config/demo.yaml", "--no-disk"], cwd=REPO, capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "site_limits slurm: 45 min, 64,000 MB" in proc.stdout, proc.stdout
+    asked = calls.read_text().splitlines()
+    # The partitions and the partition's nodes, once each (`scontrol show config` is asked by the slurm plugin too,
+    # for its MinJobAge, when Snakemake loads it).
+    assert asked.count("scontrol show partition -o") == 1 and asked.count("sinfo -h -p gpu -o %m|%G") == 1, asked
 
 
 def test_run_as_the_readme_writes_it_needs_no_cores_argument():

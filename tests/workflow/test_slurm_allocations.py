@@ -9,21 +9,38 @@ CI brings the cluster up in its SLURM step (`.ci/run` -> `.ci/slurm/run-demo.sh`
 One chain of runs on one project (each test continues the previous one's tree): a reference run on the local
 executor; a SLURM run whose allocation is cancelled (`scancel`) after some of its jobs finished, and its rerun;
 then a percent added to the config and the SLURM run again.
+
+These runs are issue 42's site without a site file: the partition's MaxTime 30 min and SLURM's default
+`EnforcePartLimits=NO` (set for this module, restored after), under which an allocation over the limit is accepted
+and never starts; no site file, so the planner plans at its default rates within the limit it reads from SLURM
+(`site_limits=slurm`). The runs finish, every allocation asks at most 30 minutes, and the demo's config plans within
+it (`wneurons plan`). (The demo itself is not run here: on the CI cluster's CPUs at the default GPU rates its
+allocations would time out and be grown; the tiny project's jobs take seconds.)
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 from slurm_cluster import allocation_logs as checkpoint_logs
-from slurm_cluster import finish, finished_jobs, finished_over, wait_for
+from slurm_cluster import (
+    finish,
+    finished_jobs,
+    finished_over,
+    partition_setting,
+    slurm_setting,
+    time_limits,
+    wait_for,
+)
 from slurm_cluster import run_slurm as run_profiles
-from tiny_project import make_tiny_project, snakemake
+from tiny_project import REPO, make_tiny_project, snakemake
 
 from wneurons.experiment import paths
 from wneurons.lm.model_pool import count_allocations
@@ -45,8 +62,31 @@ def allocation_logs(root: Path) -> list[Path]:
     return checkpoint_logs(root, MODEL, REVISION)
 
 
+# Issue 42's site (the module's docstring): MaxTime 30 min, EnforcePartLimits=NO.
+MAX_TIME = 30
+
+
 def run_slurm(root: Path, *args: str) -> subprocess.Popen:
-    return run_profiles(root, *args, *targets())
+    """The run with no site file: a --config on the command line replaces the profiles' `config` lists (profiles/
+    slurm-ci's names its site file), so only `site_limits=slurm` is left. Last: --config takes every value after it."""
+    return run_profiles(root, *targets(), *args, "--config", "site_limits=slurm")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def site_without_a_site_file():
+    """The CI cluster as issue 42's site for this module's runs (slurm.conf first: its reconfigure resets the
+    partition's MaxTime)."""
+    with slurm_setting("EnforcePartLimits", "NO"), partition_setting("MaxTime", str(MAX_TIME)):
+        yield
+
+
+def read_site(root: Path, out: str) -> None:
+    """The run planned from the limits SLURM states for issue 42's site, and every allocation of the checkpoint
+    asked SLURM at most its MaxTime (squeue still lists them: MinJobAge)."""
+    read = re.search(r"site_limits: read partition \S+: MaxTime (\d+) min, .*\(EnforcePartLimits=(\w+)\)", out)
+    assert read and read.groups() == (str(MAX_TIME), "NO"), out[-3000:]
+    limits = time_limits([log.stem for log in allocation_logs(root)])
+    assert limits and max(limits.values()) <= MAX_TIME, limits
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +119,7 @@ def test_killed_allocation_keeps_its_finished_jobs_and_the_rerun_runs_only_the_r
 
     rc, out = finish(run_slurm(project))
     assert rc == 0, out[-4000:]
+    read_site(project, out)
     new = [log for log in allocation_logs(project) if log not in known]
     after = finished_over(new)
     # Each job ran exactly once over all allocations, and the rerun's allocations ran only what was missing.
@@ -100,6 +141,7 @@ def test_adding_a_percent_submits_the_checkpoint_again_for_its_new_conditions_on
     known = set(allocation_logs(project))
     rc, out = finish(run_slurm(project))
     assert rc == 0, out[-4000:]
+    read_site(project, out)
     new = sorted(set(allocation_logs(project)) - known)
     ran = finished_over(new)
     # wasserstein + 2 random trials + matched at 10 %, on 3 benchmarks, and the matched search at 10 %
@@ -107,3 +149,22 @@ def test_adding_a_percent_submits_the_checkpoint_again_for_its_new_conditions_on
     assert all("percent=10" in wildcards for _, wildcards in ran)
     summaries = count_allocations(new)
     assert sum(s["jobs"] for s in summaries) == 13 and all(s["loads"] == 1 for s in summaries)
+
+
+def test_the_demo_plans_within_the_limit_read_from_slurm():
+    """`wneurons plan` of the demo's config through `profiles/slurm` alone (no site file; `site_limits=slurm`):
+    every allocation within the 30 minutes it reads."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "wneurons.cli", "plan", "config/demo.yaml", "--no-disk"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header = re.search(r"Allocations against the site's limits \((.*?), site_limits (\w+): (\d+) min", proc.stdout)
+    assert header and header.groups() == ("no site file", "slurm", str(MAX_TIME)), proc.stdout
+    rows = re.findall(r"^(\S+) +(\d+) +(\d+) +[\d,]+ +(yes|NO)$", proc.stdout.split(header[0])[1], re.M)
+    demo = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    assert {model for model, *_ in rows} == set(demo["models"]), proc.stdout
+    assert all(int(largest) <= MAX_TIME and fit == "yes" for _, _, largest, fit in rows), rows

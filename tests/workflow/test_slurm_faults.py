@@ -11,8 +11,9 @@ retry spent, memory not raised); the controller away when the first allocation i
 refusal, submitted again); the node set DOWN while an allocation runs (NODE_FAIL: no retry spent); the main
 Snakemake killed (kill -9) and restarted while its allocations run. Plus: the limit read from SLURM splits the
 checkpoint and no allocation asks more than the partition's MaxTime; one that would (a site file that overstates the
-limit) ends the run in one line naming the request, the limit and the key, under EnforcePartLimits=ALL (sbatch
-refuses) and NO (SLURM's default: it would stay PENDING forever).
+partition's MaxTime, or its MaxMemPerNode) ends the run in one line naming the request, the limit and the key, under
+EnforcePartLimits=ALL (sbatch refuses) and NO (SLURM's default: it would stay PENDING forever). (No QOS limit: the
+CI cluster has no accounting daemon, so no QOS can be defined.)
 """
 
 from __future__ import annotations
@@ -30,14 +31,18 @@ from pathlib import Path
 
 import pytest
 from slurm_cluster import (
+    PARTITION,
     active_jobs,
     allocation_logs,
     finish,
     finished_jobs,
     finished_over,
+    partition_setting,
+    partition_value,
     run_slurm,
     running_allocation,
     scontrol,
+    slurm_setting,
     wait_for,
 )
 from tiny_project import REPO, make_tiny_project, snakemake
@@ -48,7 +53,6 @@ from wneurons.report.compare import compare_result_trees
 
 MODEL, REVISION = "tiny-llama", "main"
 GPU_RULES = {"collect_activations", "neuron_stats", "score_clean", "score_ablation", "matched_search"}
-PARTITION = os.environ.get("SLURM_CI_PARTITION", "ci")
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -277,50 +281,68 @@ def test_main_snakemake_killed_and_restarted_while_allocations_run(project, refe
     assert_complete_and_once(project, reference, out)
 
 
-@contextlib.contextmanager
-def slurm_setting(key: str, value: str):
-    """The CI cluster with ``<key>=<value>`` in its slurm.conf (``scontrol reconfigure``), restored after."""
-    conf = Path(os.environ.get("SLURM_CI_DIR", "/tmp/wneurons-slurm")) / "etc/slurm.conf"
-    before = conf.read_text()
-    assert re.search(rf"(?m)^{key}=", before), f"no {key} in {conf}"
-    conf.write_text(re.sub(rf"(?m)^{key}=\w+$", f"{key}={value}", before))
-    try:
-        scontrol("reconfigure")
-        yield
-    finally:
-        conf.write_text(before)
-        scontrol("reconfigure")
-
-
 def listed(jobid: str) -> bool:
     out = subprocess.run(["squeue", "-h", "-j", jobid, "-o", "%T"], capture_output=True, text=True, timeout=30)
     return out.returncode == 0 and bool(out.stdout.strip())
 
 
+# Per limit: what the site file overstates, the partition's own limit (set for the test where up.sh sets none), what
+# SLURM says of the request (EnforcePartLimits NO: its PENDING reason; ALL: sbatch's refusal), how the line states
+# the limit, and the site file's key that fixes it.
+OVER_LIMITS = {
+    "time": (
+        "max_runtime: 600",
+        None,
+        {"NO": "SLURM holds it PENDING (PartitionTimeLimit)", "ALL": "Requested time limit is invalid"},
+        r"asks (\d+) min and [\d,]+ MB; the site: partition ci: MaxTime (15) min",
+        "max_runtime",
+    ),
+    "memory": (
+        "max_mem_mb: 64000",
+        ("MaxMemPerNode", "1500"),
+        {"NO": "SLURM holds it PENDING (MaxMemPerLimit)", "ALL": "Memory required by task is not available"},
+        r"asks \d+ min and ([\d,]+) MB; the site: partition ci: MaxTime 15 min, (1,500) MB per node",
+        "max_mem_mb",
+    ),
+}
+
+
+@pytest.mark.parametrize("limit", OVER_LIMITS)
 @pytest.mark.parametrize("enforce", ["ALL", "NO"])
-def test_allocation_over_the_partition_limit_ends_in_one_line(project, enforce):
-    """A site file that overstates the limit (10 h where the partition allows 15 min) and wins over what SLURM
-    states: under ALL sbatch refuses the allocation, under NO (SLURM's default) it is accepted and never starts.
-    Either way the run ends in seconds with one line naming what was asked, the limit and the key, and the refusal
-    is not retried (the same request cannot pass)."""
-    site = project / "site-long.yaml"
-    site.write_text("max_runtime: 600\ntflops: 0.1\n")
-    # NO is SLURM's default: an over-limit allocation is accepted and stays PENDING (PartitionTimeLimit) forever.
+def test_allocation_over_the_partition_limit_ends_in_one_line(project, enforce, limit):
+    """A site file that overstates a limit of the partition and wins over what SLURM states: 10 h where the
+    partition allows 15 min, or 64 GB where it allows 1,500 MB per node (MaxMemPerNode). Under ALL sbatch refuses
+    the allocation, under NO (SLURM's default) it is accepted and never starts. Either way the run ends in seconds
+    with one line naming what was asked, the limit and the key, and the refusal is not retried (the same request
+    cannot pass). (A QOS limit cannot be set on this cluster: it has no accounting daemon, and sacctmgr refuses
+    without one; tests/test_slurm_site.py reads a QOS MaxWall from a stated sacctmgr answer.)"""
+    stated, partition_limit, said, asked_and_limit, key = OVER_LIMITS[limit]
+    site = project / "site-over.yaml"
+    site.write_text(f"{stated}\ntflops: 0.1\n")
+    # NO is SLURM's default: an over-limit allocation is accepted and stays PENDING forever. The partition's own
+    # limit is set after the reconfigure (which restores slurm.conf's partitions) and undone before the next one.
     with slurm_setting("EnforcePartLimits", enforce):
-        start_s = time.monotonic()
-        rc, out = finish(start(project, "--config", "site_limits=slurm", f"site={site}"))
-        took = time.monotonic() - start_s
+        with partition_setting(*partition_limit) if partition_limit else contextlib.nullcontext():
+            start_s = time.monotonic()
+            rc, out = finish(start(project, "--config", "site_limits=slurm", f"site={site}"))
+            took = time.monotonic() - start_s
     assert rc != 0
     lines = [line for line in out.splitlines() if "can never start" in line]
     assert lines, out[-3000:]
-    why = "sbatch refuses it (" if enforce == "ALL" else "SLURM holds it PENDING (PartitionTimeLimit)"
-    assert why in lines[0], lines[0]
-    assert re.search(r"asks \d+ min and [\d,]+ MB; the site: partition ci: MaxTime 15 min", lines[0]), lines[0]
-    assert "`max_runtime`" in lines[0] and "(config key `site`)" in lines[0]
+    assert said[enforce] in lines[0] and ("sbatch refuses it (" in lines[0]) == (enforce == "ALL"), lines[0]
+    numbers = re.search(asked_and_limit, lines[0])
+    assert numbers, lines[0]
+    asked, allowed = (int(n.replace(",", "")) for n in numbers.groups())
+    assert asked > allowed, lines[0]
+    assert f"lower `{key}` in the site file (config key `site`)" in lines[0], lines[0]
     # The disagreement was said before anything was submitted, and the refusal was not retried.
-    assert "sets max_runtime 600 min, above what partition ci allows (15 min)" in out
+    assert re.search(rf"sets {key} \d+ \w+, above what partition ci allows \({allowed} ", out), out[-3000:]
     assert "Trying to restart job" not in out, out[-3000:]
-    print(f"EnforcePartLimits={enforce}: the run ended {took:.0f} s after its start: {lines[0]}")
+    # In seconds, not a hang: startup, one submission and (under NO) two status checks 3 s apart.
+    assert took < 120, took
+    print(
+        f"{limit} over the limit, EnforcePartLimits={enforce}: the run ended {took:.0f} s after its start: {lines[0]}"
+    )
 
 
 def node_state(node: str) -> str:
@@ -328,17 +350,9 @@ def node_state(node: str) -> str:
     return out.stdout.strip()
 
 
-def scontrol_value(key: str) -> str:
-    out = subprocess.run(["scontrol", "show", "partition", PARTITION], capture_output=True, text=True, timeout=30)
-    for field in out.stdout.split():
-        if field.startswith(f"{key}="):
-            return field.split("=", 1)[1]
-    raise AssertionError(f"no {key} in scontrol show partition {PARTITION}")
-
-
 def max_time_minutes() -> int:
     """The partition's MaxTime ([D-]HH:MM:SS) in minutes."""
-    value = scontrol_value("MaxTime")
+    value = partition_value("MaxTime")
     days, _, clock = value.rpartition("-")
     h, m, _ = (int(x) for x in clock.split(":"))
     return int(days or 0) * 1440 + 60 * h + m
@@ -352,5 +366,5 @@ def sbatch_minutes(out: str) -> list[int]:
 def test_the_ci_cluster_is_configured_like_a_site():
     config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30).stdout
     assert "EnforcePartLimits       = ALL" in config
-    assert scontrol_value("MaxTime") not in ("UNLIMITED", "INFINITE") and max_time_minutes() <= 60
+    assert partition_value("MaxTime") not in ("UNLIMITED", "INFINITE") and max_time_minutes() <= 60
     assert shutil.which("sbatch")

@@ -24,10 +24,9 @@ from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from wneurons.experiment import paths, targets
+from wneurons.experiment import targets
 from wneurons.experiment.grid import (
     CAPABILITY,
-    WIKITEXT2_TEST_TOKENS,
     benchmarks_at,
     collected_layers,
     conditions_for,
@@ -37,29 +36,9 @@ from wneurons.experiment.grid import (
     shard_bytes,
 )
 from wneurons.experiment.measured_rates import MeasuredRates
-from wneurons.store import lmeval_tasks
+from wneurons.experiment.workload import capability_docs, tokens_of
 
-# ---------------------------------------------------------------- work: tokens a job runs through the model
-# Full data sets; the config's caps apply where set.
-BLIMP_PARADIGMS, BLIMP_PAIRS_PER_PARADIGM, BLIMP_TOKENS_PER_SENTENCE = 67, 1000, 12  # SmolLM2's tokenizer: 11.6
-TSE_ITEMS, TSE_SENTENCES, TSE_SUBTASKS, TSE_TOKENS_PER_SENTENCE = 163_124, 337_072, 22, 12  # EMNLP2018 (MANIFEST)
-WIKITEXT2_VALID_TOKENS = 245_000
-# The capability suite (lm-eval): tokens one document runs through the model, by task (lm-eval scores every choice
-# of a multiple-choice document with its context). Stated estimates of typical lengths, not counts (the 2026-12-04
-# cluster review, N5): ARC-Easy ~4 x 40, PIQA 2 x 55, HellaSwag 4 x 120, WinoGrande 2 x 28, LAMBADA ~80; the
-# WikiText-2 tasks a context of at most 64 words (~90 tokens), 4 choices of it for the cloze. A task not listed
-# costs the bound CAPABILITY_TOKENS_PER_DOC, and CAPABILITY_DOCS_PER_TASK documents when neither staged nor stated.
-CAPABILITY_TOKENS_PER_TASK_DOC = {
-    "arc_easy": 160,
-    "piqa": 110,
-    "hellaswag": 480,
-    "winogrande": 56,
-    "lambada_openai": 80,
-    lmeval_tasks.CLOZE_TASK: 360,
-    lmeval_tasks.LASTWORD_TASK: 90,
-}
-CAPABILITY_TOKENS_PER_DOC, CAPABILITY_DOCS_PER_TASK = 600, 10_000
-
+# ---------------------------------------------------------------- the members an allocation holds
 # The statistics of a range of layers: where one job over every layer of a revision does not fit the site's
 # max_runtime, its statistics run as several of these (:meth:`Planner.stats_parts`) and neuron_stats joins them.
 STATS_PART = "neuron_stats_part"
@@ -67,63 +46,11 @@ STATS_PART = "neuron_stats_part"
 CPU_MEMBERS = ("neuron_stats", STATS_PART, "weight_rows")
 
 
-def blimp_tokens(evaluation: dict) -> float:
-    per = evaluation.get("blimp_pairs_per_paradigm") or BLIMP_PAIRS_PER_PARADIGM
-    left = max(BLIMP_PAIRS_PER_PARADIGM - evaluation.get("blimp_pairs_offset", 0), 0)
-    return 2 * BLIMP_PARADIGMS * min(per, left) * BLIMP_TOKENS_PER_SENTENCE
-
-
-def tse_tokens(evaluation: dict) -> float:
-    # tse_items_offset is left out: subtasks differ in size, and an upper bound only pads the walltime estimate.
-    per = evaluation.get("tse_items_per_subtask")
-    sentences = TSE_SENTENCES if per is None else min(TSE_SENTENCES, TSE_SENTENCES / TSE_ITEMS * TSE_SUBTASKS * per)
-    return sentences * TSE_TOKENS_PER_SENTENCE
-
-
-def capability_docs(capability: dict, root: str | Path = ".") -> tuple[dict[str, int], str]:
-    """Documents each task of the suite (``evaluation.capability``) scores, its limit where the config sets one, and
-    where the counts come from: the suite staged under ``root`` (paths.capability_tasks), else the stated counts
-    (lmeval_tasks.STATED_EVAL_DOCS), else the bound CAPABILITY_DOCS_PER_TASK."""
-    tasks_dir = Path(root) / paths.capability_tasks(capability["source"])
-    staged = lmeval_tasks.staged_eval_docs(tasks_dir) or {}
-    limits = capability.get("limits") or {}
-    docs, sources = {}, set()
-    for task in capability.get("tasks") or []:
-        if task in staged:
-            n, source = staged[task], f"staged ({tasks_dir})"
-        elif task in lmeval_tasks.STATED_EVAL_DOCS:
-            n, source = lmeval_tasks.STATED_EVAL_DOCS[task], "stated (lmeval_tasks.STATED_EVAL_DOCS)"
-        else:
-            n, source = CAPABILITY_DOCS_PER_TASK, f"the bound of {CAPABILITY_DOCS_PER_TASK:,} documents"
-        docs[task] = min(n, limits.get(task) or n)
-        sources.add(source)
-    return docs, " + ".join(sorted(sources)) or "no tasks"
-
-
-def capability_tokens(evaluation: dict, root: str | Path = ".") -> float:
-    docs, _ = capability_docs(evaluation["capability"], root)
-    return sum(n * CAPABILITY_TOKENS_PER_TASK_DOC.get(t, CAPABILITY_TOKENS_PER_DOC) for t, n in docs.items())
-
-
-def perplexity_tokens(evaluation: dict) -> float:
-    return evaluation.get("perplexity_max_tokens") or WIKITEXT2_VALID_TOKENS
-
-
-def tokens_of(config: dict, rule: str, wildcards: dict, root: str | Path = ".") -> float:
-    """Tokens one job of ``rule`` runs through its model (0 for jobs that run none); ``root``: where the capability
-    suite is staged (the workflow's working directory)."""
-    evaluation = config["evaluation"]
-    if rule in ("collect_activations", "sign_cases"):  # the sign cases: the same windows again (at most)
-        return config["neurons"]["max_tokens"] or WIKITEXT2_TEST_TOKENS
-    if rule == "pair_sample":
-        return config["pairs"]["max_tokens"] or WIKITEXT2_VALID_TOKENS
-    if rule == "matched_search":
-        return perplexity_tokens(evaluation) * config["ablation"]["matched"]["max_steps"]
-    benchmark = wildcards.get("benchmark")
-    if benchmark == CAPABILITY:
-        return capability_tokens(evaluation, root)
-    per_benchmark = {"blimp": blimp_tokens, "tse": tse_tokens, "ppl": perplexity_tokens}
-    return per_benchmark[benchmark](evaluation) if benchmark in per_benchmark else 0.0
+def rate_rule(rule: str) -> str:
+    """The rule whose rate a job of ``rule`` is measured and planned at: a statistics part does the statistics'
+    work over its layers, so its rate is neuron_stats' (:mod:`wneurons.experiment.rates` measures it so, the
+    :class:`Planner` looks it up so)."""
+    return "neuron_stats" if rule == STATS_PART else rule
 
 
 # ---------------------------------------------------------------- cost: minutes and memory of one job
@@ -270,10 +197,19 @@ def stated_rate(config: dict, site: Site, rule: str) -> float:
 
 
 def allocation_load_minutes(config: dict, model: str) -> float:
-    """What an allocation pays once before its first job computes: imports and its model's weights (at the larger
-    of the two stages' precisions)."""
+    """What an allocation that runs its model pays once before its first job computes: imports and its model's
+    weights (at the larger of the two stages' precisions)."""
     precision = max((precision_of(config, r) for r in ("collect_activations", "score_clean")), key=BYTES_PER_PARAM.get)
     return load_minutes(config["models"][model]["params_b"], precision)
+
+
+def member_load_minutes(config: dict, rule: str, model: str) -> float:
+    """What an allocation holding a job of ``rule`` pays once before its work: imports and the model's weights
+    (:func:`allocation_load_minutes`) for a job that runs the model; only the startup for one that reads files
+    (:data:`CPU_MEMBERS`: the statistics, their parts, the weight rows load no model, the pool loads one lazily, at a
+    job's first checkout). An allocation pays the largest of its members' (:func:`pack`). (neuron_stats collecting
+    in node-local scratch runs the model, but only where it shares its allocation with collection, which pays it.)"""
+    return STARTUP_S / 60 if rule in CPU_MEMBERS else allocation_load_minutes(config, model)
 
 
 def job_mem_mb(config: dict, site: Site, rule: str, wildcards: dict, attempt: int = 1) -> int:
@@ -438,25 +374,28 @@ def _pair_sampled(config: dict, model: str, revision: str) -> bool:
 
 
 def pack(
-    estimates: list[float], load: float, limit: int, margin: float, apart: list[bool] | None = None
+    estimates: list[float], load: float | list[float], limit: int, margin: float, apart: list[bool] | None = None
 ) -> tuple[list[int], list[int]]:
     """Allocation index and requested whole minutes of each job, in order, from their ``estimates`` (minutes, no
     margin). An allocation asks its estimates' sum, the margin once (``(margin - 1)`` x its largest estimate: one
-    member may take ``margin`` x its estimate), and ``load`` once (:func:`allocation_ask`); it takes jobs while that
-    ask stays within ``limit``. A job whose ``apart`` differs from the previous one's starts a new allocation.
-    Snakemake asks the sum of the members' runtimes, so the ask is spread over them (:func:`spread`)."""
+    member may take ``margin`` x its estimate), and its load once (:func:`allocation_ask`): ``load``, or with one
+    load per job (:func:`member_load_minutes`) the largest of its members'; it takes jobs while that ask stays within
+    ``limit``. A job whose ``apart`` differs from the previous one's starts a new allocation. Snakemake asks the sum
+    of the members' runtimes, so the ask is spread over them (:func:`spread`)."""
     apart = apart or [False] * len(estimates)
+    loads = load if isinstance(load, list) else [load] * len(estimates)
     indices, groups = [], [[]]
     for k, (e, a) in enumerate(zip(estimates, apart, strict=True)):
         group = groups[-1]
-        if group and (a != apart[k - 1] or allocation_ask([*(estimates[i] for i in group), e], load, margin) > limit):
+        paid = max(loads[i] for i in [*group, k])
+        if group and (a != apart[k - 1] or allocation_ask([*(estimates[i] for i in group), e], paid, margin) > limit):
             groups.append(group := [])
         group.append(k)
         indices.append(len(groups) - 1)
     requested = [0] * len(estimates)
     for group in groups:
-        members = [estimates[i] for i in group]
-        for i, ask in zip(group, spread(members, load, allocation_ask(members, load, margin)), strict=True):
+        members, paid = [estimates[i] for i in group], max(loads[i] for i in group)
+        for i, ask in zip(group, spread(members, paid, allocation_ask(members, paid, margin)), strict=True):
             requested[i] = ask
     return indices, requested
 
@@ -504,7 +443,8 @@ class Planner:
         self.sources: Counter[str] = Counter()
         self._parts: dict[tuple[str, str], list[str] | None] = {}
         self._plans: dict[tuple[str, str], dict[JobKey, tuple[int, int]]] = {}
-        self._members: dict[tuple[str, str], list[tuple[int, int, float]]] = {}  # (allocation, asked, estimate)
+        # per job: (allocation, asked, estimate, what its allocation pays before its work if it holds this job)
+        self._members: dict[tuple[str, str], list[tuple[int, int, float, float]]] = {}
 
     def plan(self, model: str, revision: str) -> dict[JobKey, tuple[int, int]]:
         """{job: (allocation index, requested minutes)} of one checkpoint, its statistics split by layer range where
@@ -518,13 +458,13 @@ class Planner:
             if parts:
                 k = jobs.index(("neuron_stats", base))
                 jobs[k:k] = [(STATS_PART, base | {"layers": r}) for r in parts]
-            load = allocation_load_minutes(self.config, model)
+            loads = [member_load_minutes(self.config, rule, model) for rule, _ in jobs]
             estimates = []
             for rule, w in jobs:
                 estimate, source = self.estimate(rule, w)
                 estimates.append(estimate)
                 self.sources[source] += 1
-            for (rule, w), e in zip(jobs, estimates, strict=True):
+            for (rule, w), e, load in zip(jobs, estimates, loads, strict=True):
                 alone = allocation_ask([e], load, self.site.margin)
                 if alone > self.site.max_runtime:
                     raise AllocationTooLong(
@@ -533,23 +473,24 @@ class Planner:
                         "cap the job's data (evaluation.*_per_*, perplexity_max_tokens, neurons.max_tokens)"
                     )
             apart = [is_capability(r, w) for r, w in jobs]
-            indices, requested = pack(estimates, load, self.site.max_runtime, self.site.margin, apart)
+            indices, requested = pack(estimates, loads, self.site.max_runtime, self.site.margin, apart)
             self._plans[model, revision] = {
                 job_key(r, w): (i, ask) for (r, w), i, ask in zip(jobs, indices, requested, strict=True)
             }
-            self._members[model, revision] = list(zip(indices, requested, estimates, strict=True))
+            self._members[model, revision] = list(zip(indices, requested, estimates, loads, strict=True))
         return self._plans[model, revision]
 
     def stats_parts(self, model: str, revision: str) -> list[str] | None:
         """The layer ranges (:func:`layer_ranges`) of a revision's statistics parts (:data:`STATS_PART`): the fewest
-        parts whose largest fits one allocation alone (its load, its estimate and the margin within the site's
-        max_runtime); None where the whole statistics job fits, or where not even one layer does (:meth:`plan`
-        then names the job). Per-layer statistics are independent, so the parts' rows are the whole job's."""
+        parts whose largest fits one allocation alone (the startup, its estimate and the margin within the site's
+        max_runtime: it loads no model); None where the whole statistics job fits, or where not even one layer does
+        (:meth:`plan` then names the job). Per-layer statistics are independent, so the parts' rows are the whole
+        job's."""
         if (model, revision) not in self._parts:
             self._parts[model, revision] = None
             base = {"model": model, "revision": revision}
             whole, _ = self._estimate("neuron_stats", base)
-            load, limit = allocation_load_minutes(self.config, model), self.site.max_runtime
+            load, limit = member_load_minutes(self.config, STATS_PART, model), self.site.max_runtime
             layers = revision_layers(self.config, model, revision)
             if allocation_ask([whole], load, self.site.margin) > limit:
                 for n in range(2, len(layers) + 1):
@@ -570,12 +511,10 @@ class Planner:
         return self._estimate(rule, wildcards)
 
     def _estimate(self, rule: str, wildcards: dict) -> tuple[float, str]:
-        # A part of the statistics does the statistics' work: it is planned at their measured rate.
-        measured_as = "neuron_stats" if rule == STATS_PART else rule
         rate, source = None, "stated"
         if self.measured is not None:
             found = self.measured.rate(
-                measured_as, precision_of(self.config, rule), wildcards["model"], self.site.gpu_model
+                rate_rule(rule), precision_of(self.config, rule), wildcards["model"], self.site.gpu_model
             )
             if found is not None:
                 rate, source = found
@@ -583,15 +522,17 @@ class Planner:
 
     def allocation_minutes(self, model: str, revision: str) -> list[tuple[int, float]]:
         """(requested, expected) minutes of each allocation of one checkpoint: what it asks, and the planner's own
-        estimate of its members' compute plus its model's load, without the margin."""
+        estimate of its members' compute plus what it pays before its work (its model's load, or the startup alone:
+        :func:`member_load_minutes`), without the margin."""
         self.plan(model, revision)
         members = self._members[model, revision]
-        asked = [0] * (1 + max((i for i, _, _ in members), default=-1))
-        expected = [allocation_load_minutes(self.config, model)] * len(asked)
-        for i, ask, estimate in members:
+        asked = [0] * (1 + max((i for i, _, _, _ in members), default=-1))
+        expected, paid = [0.0] * len(asked), [0.0] * len(asked)
+        for i, ask, estimate, load in members:
             asked[i] += ask
             expected[i] += estimate
-        return list(zip(asked, expected, strict=True))
+            paid[i] = max(paid[i], load)
+        return [(a, e + p) for a, e, p in zip(asked, expected, paid, strict=True)]
 
     def capability_sizes(self) -> str:
         """Where the capability suite's document counts come from (:func:`capability_docs`)."""
@@ -604,7 +545,7 @@ class Planner:
         """The walltime a job asks: its share of its allocation's (the first job also its model's load)."""
         planned = self._planned(rule, wildcards)
         if planned is None:
-            load = allocation_load_minutes(self.config, wildcards["model"])
+            load = member_load_minutes(self.config, rule, wildcards["model"])
             return math.ceil(self.site.margin * self.estimate(rule, wildcards)[0] + load)
         return planned[1]
 

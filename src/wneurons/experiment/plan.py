@@ -6,6 +6,7 @@ perf/disk_grid.py print one each (their docstrings state the assumptions).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -20,14 +21,13 @@ from wneurons.experiment.allocations import (
     CPU_MEMBERS,
     Planner,
     Site,
-    allocation_load_minutes,
-    capability_docs,
+    member_load_minutes,
     site_path,
-    tokens_of,
 )
 from wneurons.experiment.config import validate_config
 from wneurons.experiment.grid import WIKITEXT2_TEST_TOKENS, collected_layers, neurons_per_layer_of, shard_bytes
 from wneurons.experiment.rule_files import rules_with
+from wneurons.experiment.workload import capability_docs, tokens_of
 
 __all__ = [
     "Job",
@@ -82,17 +82,19 @@ def dry_run(
     root: str | Path = ".",
     site_limits: str | None = None,
     targets: tuple[str, ...] = ("all",),
+    env: dict[str, str] | None = None,
 ) -> list[Job]:
     """Every job of ``targets`` (default ``all``) with its group job and resources, from a dry run through the
     profiles (which prints each group job with its member jobs indented under it), run in ``root`` (the
     repository: its Snakefile). ``site`` / ``site_limits`` given: passed with ``--config``, which replaces the
     profiles' ``config`` lists (Snakemake), so a caller that gives one restates the other (:func:`print_grid`
-    gives both)."""
+    gives both). ``env``: set for the dry run on top of this process's environment (the site's limits read
+    already: :func:`planned_site`)."""
     cmd = [sys.executable, "-m", "snakemake", *targets, "-n", "--forceall", "--configfile", config]
     cmd += [arg for p in profiles for arg in ("--profile", p)]
     overrides = ([f"site_limits={site_limits}"] if site_limits else []) + ([f"site={site}"] if site else [])
     cmd += ["--config", *overrides] if overrides else []
-    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=os.environ | env if env else None)
     if proc.returncode != 0:
         raise PlanError(failure_line(proc.stdout, proc.stderr, proc.returncode))
     out = proc.stdout
@@ -140,8 +142,8 @@ def print_grid(args: argparse.Namespace, root: Path) -> None:
     config["site"] = site_of(config, args.profile, args.site, root)
     limits = getattr(args, "site_limits", None) or profile_setting(args.profile, "site_limits", root)
     config["site_limits"] = limits or config["site_limits"]
-    parsed = dry_run(args.config, args.profile, config["site"], root, config["site_limits"])
-    site = planned_site(config, root)
+    site, handed = planned_site(config, root)
+    parsed = dry_run(args.config, args.profile, config["site"], root, config["site_limits"], env=handed)
     jobs = [(j.rule, j.group is not None, j.wildcards) for j in parsed]
     requests = allocation_requests(parsed)
     group_jobs = list(requests)
@@ -206,22 +208,26 @@ def print_requests_against_use(
     config: dict, site: Site, jobs: list[Job], requests: dict[str, tuple[int, int]], root: Path
 ) -> None:
     """Print the GPU-hours the allocations ask (their members' runtimes) against those the planner expects them to
-    use (its members' estimates at the site's rates, without the margin, plus one model load per allocation), and
-    where the capability suite's sizes come from."""
+    use (its members' estimates at the site's rates, without the margin, plus what it pays once before its work:
+    its model's load, or the startup alone where it runs no model), and where the capability suite's sizes come
+    from."""
     planner = Planner(config, site, root=root)  # the Snakefile's estimates: measured rates where the site has them
-    expected = defaultdict(float)
+    expected, paid = defaultdict(float), defaultdict(float)
     for job in jobs:
         if job.group in requests:
             minutes, source = planner.estimate(job.rule, job.wildcards)
             expected[job.group] += minutes
             planner.sources[source] += 1
+            load = member_load_minutes(config, job.rule, model_of_group(job.group, config["models"]))
+            paid[job.group] = max(paid[job.group], load)
     for group in requests:
-        expected[group] += allocation_load_minutes(config, model_of_group(group, config["models"]))
+        expected[group] += paid[group]
     asked_h, expected_h = sum(m for m, _ in requests.values()) / 60, sum(expected.values()) / 60
     ratio = asked_h / expected_h if expected_h else float("nan")
     print(
         f"\nRequested / expected GPU-hours of the allocations: {asked_h:,.0f} / {expected_h:,.0f} = {ratio:.2f} "
-        f"(expected: the planner's estimates at the site's rates, no margin, one load per allocation; margin "
+        f"(expected: the planner's estimates at the site's rates, no margin, one load per allocation, the startup "
+        f"alone where it runs no model; margin "
         f"{site.margin:g} once per allocation)"
     )
     _, source = capability_docs(config["evaluation"]["capability"], root)
@@ -249,15 +255,17 @@ def profile_setting(profiles: list[str], key: str, root: Path) -> str | None:
     return None
 
 
-def planned_site(config: dict, root: Path) -> Site:
-    """The site the dry run planned with: the site file, with the limits SLURM states where the file is silent
-    under ``site_limits: slurm`` (the same reading as the Snakefile's; its lines printed here too)."""
+def planned_site(config: dict, root: Path) -> tuple[Site, dict[str, str]]:
+    """The site a dry run plans with: the site file, with the limits SLURM states where the file is silent under
+    ``site_limits: slurm`` (the Snakefile's reading; its lines printed here), and the environment that hands what
+    was read to that dry run (:func:`slurm_site.handed_on`), whose Snakefile then does not ask SLURM again."""
     site_file = site_path(config["site"], root)
     site = Site.from_file(site_file)
-    if config["site_limits"] == "slurm":
-        site, notes = slurm_site.site_from_slurm(site, site_file)
-        print("\n".join(notes))
-    return site
+    if config["site_limits"] != "slurm":
+        return site, {}
+    site, notes = slurm_site.site_from_slurm(site, site_file)
+    print("\n".join(notes))
+    return site, slurm_site.handed_on()
 
 
 def print_allocations(config: dict, site: Site, requests: dict[str, tuple[int, int]]) -> None:

@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from wneurons.experiment import allocations, paths
+from wneurons.experiment import allocations, paths, workload
 from wneurons.experiment.grid import Condition
 from wneurons.experiment.measured_rates import UNITS, UNKNOWN_DEVICE, MeasuredRates  # noqa: F401 (re-exported)
 from wneurons.store import io
@@ -144,7 +144,7 @@ def measured_jobs(config: dict, results_dir: str | Path, root: str | Path = ".")
             work = allocations.job_work(config, rule, w, root)
             if not seconds or seconds <= 0 or work <= 0:
                 continue
-            rule = "neuron_stats" if rule == allocations.STATS_PART else rule
+            rule = allocations.rate_rule(rule)
             found.append((rule, w, result_provenance(rule, w), seconds, work))
     # A job that records no device ran on its checkpoint's allocation, whose other jobs may name it.
     device_at = {(w["model"], w["revision"]): p["device_name"] for _, w, p, _, _ in found if p.get("device_name")}
@@ -154,7 +154,7 @@ def measured_jobs(config: dict, results_dir: str | Path, root: str | Path = ".")
         # The CPU members' rate does not depend on a precision: keyed by the one the planner looks up.
         precision = prov.get("precision") if rule not in allocations.CPU_MEMBERS else None
         precision = precision or allocations.precision_of(config, rule)
-        tokens = allocations.tokens_of(config, rule, w, root)
+        tokens = workload.tokens_of(config, rule, w, root)
         jobs.append(Job(rule, w, precision, device, work, seconds, tokens))
     return jobs
 

@@ -14,10 +14,12 @@ line, which retry as Snakemake does.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 # Set in the command of every allocation of the wneurons-slurm executor (to its group's name): a run that sees it
@@ -184,6 +186,7 @@ def limit_source(key: str, given: set[str], limits: SiteLimits | None) -> str:
 
 
 # Why the last :func:`site_from_slurm` of this process could not read the site (None: it could, or never tried).
+UNREAD = "site_limits: slurm: "
 READ_ERROR: str | None = None
 # What it read (the executor names these limits when an allocation cannot start), and the walltime limit the plan
 # used (the site file's or SLURM's): a TIMEOUT's resubmission never asks more.
@@ -200,15 +203,43 @@ def site_from_slurm(
     keys (:func:`given_keys`), where the caller has read them already."""
     global READ_ERROR, LIMITS, MAX_RUNTIME
     try:
-        LIMITS = read_limits(site.gpu_partition, site.gpu_qos, run)
+        LIMITS = handed_limits(site.gpu_partition, site.gpu_qos, run)
     except SiteQueryError as err:
-        READ_ERROR, LIMITS = f"site_limits: slurm: {err}", None
+        READ_ERROR, LIMITS = f"{UNREAD}{err}", None
         where = site_file or "the defaults"
         return site, [f"{READ_ERROR}; planned with {where} ({site.max_runtime} min per allocation) instead"]
     READ_ERROR = None
     site, notes = with_limits(site, given_keys(site_file) if given is None else given, LIMITS, site_file)
     MAX_RUNTIME = site.max_runtime
     return site, notes
+
+
+# `wneurons plan` reads the site, then runs a dry run whose Snakefile would read it again: what it read goes to the
+# dry run in this variable (JSON: the SiteLimits' fields, or {"error": why SLURM could not be asked}), so that one
+# command asks the controller once (:func:`handed_on`, :func:`handed_limits`).
+READ_VARIABLE = "WNEURONS_SITE_LIMITS_READ"
+
+
+def handed_on() -> dict[str, str]:
+    """The environment under which a dry run this process starts uses its last :func:`site_from_slurm` (of the same
+    site file) instead of asking SLURM again; {} where it has read nothing."""
+    if LIMITS is not None:
+        return {READ_VARIABLE: json.dumps(asdict(LIMITS))}
+    if READ_ERROR is not None:
+        return {READ_VARIABLE: json.dumps({"error": READ_ERROR.removeprefix(UNREAD)})}
+    return {}
+
+
+def handed_limits(partition: str | None, qos: str | None, run: Run = _run) -> SiteLimits:
+    """The limits the process that started this one read (:data:`READ_VARIABLE`), else :func:`read_limits`; a
+    SiteQueryError where that process could not read them."""
+    handed = os.environ.get(READ_VARIABLE)
+    if handed is None:
+        return read_limits(partition, qos, run)
+    value = json.loads(handed)
+    if "error" in value:
+        raise SiteQueryError(value["error"])
+    return SiteLimits(**value)
 
 
 # ---------------------------------------------------------------- what SLURM's answers mean
@@ -296,13 +327,29 @@ def classify_refusal(stderr: str) -> str | None:
     return None
 
 
+def limit_keys(why: str) -> str:
+    """The site file's key(s) that bound what SLURM's pending reason or refusal ``why`` says was exceeded: a time
+    (``PartitionTimeLimit``, ``QOSMaxWallDurationPerJobLimit``, "Requested time limit is invalid") is
+    ``max_runtime``, memory (``MaxMemPerLimit``, ``AssocMaxMemPerJob``, "Memory required by task is not available")
+    ``max_mem_mb``; a reason that names neither (a node count, a constraint) either."""
+    words = why.lower()
+    keys = [
+        key
+        for key, said in (("max_runtime", ("time", "wall")), ("max_mem_mb", ("mem",)))
+        if any(w in words for w in said)
+    ]
+    return " / ".join(f"`{key}`" for key in keys or ("max_runtime", "max_mem_mb"))
+
+
 def request_line(name: str, jobid: str | None, asked_min: int, asked_mb: int, why: str, limits: SiteLimits | None):
-    """The one line that ends an allocation that can never start: what it asked, the limit, the key that fixes it."""
+    """The one line that ends an allocation that can never start: what it asked, the limit, the key that fixes it
+    (:func:`limit_keys`)."""
     limit = f"; the site: {limits.describe()}" if limits else ""
     job = f" (SLURM job {jobid})" if jobid else ""
+    keys = limit_keys(why)
     return (
         f"wneurons-slurm: allocation {name}{job} can never start: {why}. It asks {asked_min} min and {asked_mb:,} MB"
-        f"{limit}. Fix: lower `max_runtime` / `max_mem_mb` in the site file (config key `site`), or remove them "
-        "there to plan from what SLURM states (config key `site_limits: slurm`), or name a partition or QOS that "
-        "allows the request (`gpu_partition`, `gpu_qos`)"
+        f"{limit}. Fix: lower {keys} in the site file (config key `site`), or leave it out of the file to plan from "
+        "what SLURM states (config key `site_limits: slurm`), or name a partition or QOS that allows the request "
+        "(`gpu_partition`, `gpu_qos`)"
     )

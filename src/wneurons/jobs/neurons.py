@@ -131,11 +131,7 @@ def neuron_stats_job(
             log.info("collecting the shards in node-local scratch %s", scratch)
             collect_activations_job(spec, wikitext_dir, str(scratch), params["collect"])
             return neuron_stats_job(spec, str(scratch), out_path, params)
-    start = time.perf_counter()
-    table, prov = _statistics(spec, shard_dir, params)
-    io.write_parquet(out_path, table, metadata=prov)
-    log.info("neuron statistics: %d rows in %.1f s", table.height, time.perf_counter() - start)
-    return table
+    return _write_statistics(spec, shard_dir, out_path, params)
 
 
 # What a part's table records beyond its revision's provenance: its layers and all the revision's (for the join).
@@ -146,16 +142,7 @@ def neuron_stats_part_job(spec: dict, shard_dir: str, out_path: str, params: dic
     """The statistics of the layers ``params["layers"]`` only (a part of a revision's statistics, where one job
     over every layer would not fit the site's walltime limit): the same rows as the whole job's for these layers,
     and the same provenance, plus :data:`PART_KEYS` for :func:`join_neuron_stats`."""
-    start = time.perf_counter()
-    table, prov = _statistics(spec, shard_dir, params, params["layers"])
-    from wneurons.store.shards import ShardIndex
-
-    prov |= {"part_layers": list(params["layers"]), "all_layers": ShardIndex.load(shard_dir).layers}
-    io.write_parquet(out_path, table, metadata=prov)
-    log.info(
-        "neuron statistics of layers %s: %d rows in %.1f s", params["layers"], table.height, time.perf_counter() - start
-    )
-    return table
+    return _write_statistics(spec, shard_dir, out_path, params, params["layers"])
 
 
 def join_neuron_stats(parts: list[str], out_path: str) -> pl.DataFrame:
@@ -176,15 +163,34 @@ def join_neuron_stats(parts: list[str], out_path: str) -> pl.DataFrame:
     return table
 
 
-def _statistics(spec: dict, shard_dir: str, params: dict, layers: list[int] | None = None) -> tuple[pl.DataFrame, dict]:
-    """The statistics table of ``layers`` (None: every layer of the shards) and its provenance."""
-    from wneurons.core.stats import neuron_statistics
+def _write_statistics(
+    spec: dict, shard_dir: str, out_path: str, params: dict, layers: list[int] | None = None
+) -> pl.DataFrame:
+    """The statistics table of ``layers`` (None: every layer of the shards; else a part, whose provenance adds
+    :data:`PART_KEYS`) written to ``out_path`` with its provenance, its rows and seconds logged."""
     from wneurons.store.shards import ShardIndex
+
+    start = time.perf_counter()
+    shards = ShardIndex.load(shard_dir)
+    table, prov = _statistics(spec, shard_dir, shards.meta, params, layers)
+    if layers is not None:
+        prov |= {"part_layers": list(layers), "all_layers": shards.layers}
+    io.write_parquet(out_path, table, metadata=prov)
+    of = "" if layers is None else f" of layers {layers}"
+    log.info("neuron statistics%s: %d rows in %.1f s", of, table.height, time.perf_counter() - start)
+    return table
+
+
+def _statistics(
+    spec: dict, shard_dir: str, shard_index: dict, params: dict, layers: list[int] | None = None
+) -> tuple[pl.DataFrame, dict]:
+    """The statistics table of ``layers`` (None: every layer of the shards) and its provenance (``shard_index``:
+    the shards' index.json, :attr:`wneurons.store.shards.ShardIndex.meta`)."""
+    from wneurons.core.stats import neuron_statistics
 
     table = neuron_statistics(
         shard_dir, wd_method=params["wd_method"], md_pairs=params["md_pairs"], seed=params["seed"], layers=layers
     )
-    shard_index = ShardIndex.load(shard_dir).meta
     prov = io.provenance(
         **model_provenance(spec | {"family": shard_index.get("family", spec.get("family"))}),
         data="wikitext-2 test",
