@@ -1,12 +1,12 @@
 """Where the time of BLiMP scoring goes: the same batches ``score_blimp(convention="harness")`` runs, timed part by
 part (issue 46: find where the time goes before cutting).
 
-For the first ``--n-pairs`` pairs of the first ``--n-paradigms`` paradigms, in the engine's batch order (longest
-first, ``--batch-size`` sentences a batch), times: tokenizing; the whole forward (``model(...).logits``); the
-transformer body alone (``model.model``); the LM head on its output; ``target_logprobs`` (gather and chunked
-logsumexp); and the body again without an attention mask on the batches whose sentences all have the same length
-(what the mask costs). Prints each part's seconds and share, the positions fed and the share that is padding. Each
-part is timed over ``--repeats`` passes, best pass reported (the parts are compared, not the machine).
+For the first ``--n-pairs`` pairs of the first ``--n-paradigms`` paradigms, in the engine's order (lexicographic,
+``--batch-size`` sentences a batch, each packed into prefix-tree rows of ``--row-width`` nodes), times: tokenizing;
+sorting and packing; building the attention masks; the whole forward (``model(...).logits``); the transformer body
+alone (``model.model``); the LM head on its output; ``query_logprobs`` (gather and chunked logsumexp). Prints each
+part's seconds and share, the positions fed against whole sentences, and the share that is padding. Each part is
+timed over ``--repeats`` passes, best pass reported (the parts are compared, not the machine).
 
     OMP_NUM_THREADS=2 python perf/profile_blimp_scoring.py --model-dir resources/models/smollm2-135m --threads 2
 """
@@ -21,7 +21,14 @@ import torch
 from bench_blimp_vs_harness import DEFAULT_DATA, first_pairs  # this folder: the benchmark's pairs
 
 from wneurons.lm.models import load_model
-from wneurons.lm.scoring import batch_tensors, length_order, target_logprobs, tokenize
+from wneurons.lm.scoring import (
+    PREFIX_TREE_ROW,
+    attention_bias,
+    lexicographic_order,
+    pack_prefix_tree,
+    query_logprobs,
+    tokenize,
+)
 
 
 def best_of(repeats: int, fn) -> float:
@@ -40,6 +47,7 @@ def main() -> None:
     parser.add_argument("--n-paradigms", type=int, default=6)
     parser.add_argument("--n-pairs", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--row-width", type=int, default=PREFIX_TREE_ROW)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
@@ -47,68 +55,73 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     _, pairs = first_pairs(args.data_dir, args.n_paradigms, args.n_pairs)
-    texts = pairs["sentence_good"].to_list() + pairs["sentence_bad"].to_list()
+    texts = list(dict.fromkeys(pairs["sentence_good"].to_list() + pairs["sentence_bad"].to_list()))
     model, tokenizer = load_model(local_path=args.model_dir, dtype="float32")
     body, head = model.get_decoder(), model.get_output_embeddings()
+    dtype = next(model.parameters()).dtype
 
     times = {"tokenize": best_of(args.repeats, lambda: tokenize(tokenizer, texts, "harness"))}
     flat, offsets, _ = tokenize(tokenizer, texts, "harness")
-    order, inputs = length_order(offsets), []
-    for lo in range(0, len(order), args.batch_size):  # the engine's batches (wneurons.lm.scoring)
-        inputs_, targets, valid = batch_tensors(flat, offsets, order[lo : lo + args.batch_size])
-        inputs.append((inputs_, targets, valid, bool(valid.all())))
-    fed = sum(x.numel() for x, *_ in inputs)
-    real = int((offsets[1:] - offsets[:-1] - 1).sum())
+
+    def packed_batches():
+        order = lexicographic_order(flat, offsets)
+        return [
+            pack_prefix_tree(flat, offsets[rows], offsets[rows + 1] - offsets[rows], args.row_width)
+            for rows in (order[lo : lo + args.batch_size] for lo in range(0, len(order), args.batch_size))
+        ]
+
+    times["sort + pack"] = best_of(args.repeats, packed_batches)
+    batches = packed_batches()
+    times["attention masks"] = best_of(args.repeats, lambda: [attention_bias(b.allowed, dtype, "cpu") for b in batches])
+    inputs = [
+        (torch.from_numpy(b.ids), torch.from_numpy(b.positions), attention_bias(b.allowed, dtype, "cpu"))
+        for b in batches
+    ]
+    nodes = sum(int(b.allowed.any(axis=2).sum()) for b in batches)
+    fed = sum(b.ids.size for b in batches)
+    whole = int((offsets[1:] - offsets[:-1] - 1).sum())
 
     with torch.inference_mode():
-        hidden = [
-            body(input_ids=x, attention_mask=v.long(), use_cache=False).last_hidden_state for x, _, v, _ in inputs
-        ]
+        kwargs = [dict(input_ids=x, position_ids=p, attention_mask=m, use_cache=False) for x, p, m in inputs]
+        hidden = [body(**k).last_hidden_state for k in kwargs]
         logits = [head(h) for h in hidden]
 
         def forward():
-            for x, _, v, _ in inputs:
-                model(input_ids=x, attention_mask=v.long(), use_cache=False)
+            for k in kwargs:
+                model(**k)
 
         def body_only():
-            for x, _, v, _ in inputs:
-                body(input_ids=x, attention_mask=v.long(), use_cache=False)
+            for k in kwargs:
+                body(**k)
 
         def head_only():
             for h in hidden:
                 head(h)
 
         def logprobs():
-            for lg, (_, t, _, _) in zip(logits, inputs, strict=True):
-                target_logprobs(lg, t)
-
-        uniform = [(x, v) for x, _, v, same in inputs if same]
-
-        def uniform_with_mask():
-            for x, v in uniform:
-                body(input_ids=x, attention_mask=v.long(), use_cache=False)
-
-        def uniform_without_mask():
-            for x, _ in uniform:
-                body(input_ids=x, use_cache=False)
+            for lg, b in zip(logits, batches, strict=True):
+                query_logprobs(lg, torch.from_numpy(b.query), torch.from_numpy(b.target))
 
         times["forward (body + head)"] = best_of(args.repeats, forward)
         times["body"] = best_of(args.repeats, body_only)
         times["LM head"] = best_of(args.repeats, head_only)
         times["gather + logsumexp"] = best_of(args.repeats, logprobs)
-        masked = best_of(args.repeats, uniform_with_mask)
-        unmasked = best_of(args.repeats, uniform_without_mask)
 
-    total = times["tokenize"] + times["forward (body + head)"] + times["gather + logsumexp"]
-    print(f"{len(texts)} sentences, {len(inputs)} batches of {args.batch_size}, {torch.get_num_threads()} threads")
-    print(f"positions fed {fed}, of which padding {fed - real} ({100 * (fed - real) / fed:.1f}%)")
-    for name, seconds in times.items():
-        print(f"  {name:24} {seconds:7.3f} s  {100 * seconds / total:5.1f}% of tokenize + forward + logprobs")
+    parts = ("tokenize", "sort + pack", "attention masks", "forward (body + head)", "gather + logsumexp")
+    total = sum(times[p] for p in parts)
+    rows = sum(b.ids.shape[0] for b in batches)
     print(
-        f"  {len(uniform)} batches of one length: body with mask {masked:.3f} s, without {unmasked:.3f} s "
-        f"({masked / unmasked:.2f}x)"
-        if uniform
-        else "  no batch of one length"
+        f"{len(texts)} sentences, {len(batches)} batches of {args.batch_size} in {rows} rows of "
+        f"{args.row_width}+ nodes, {torch.get_num_threads()} threads"
+    )
+    print(
+        f"positions fed {fed} ({fed / whole:.3f}x the {whole} of whole sentences), of which padding {fed - nodes} "
+        f"({100 * (fed - nodes) / fed:.1f}%)"
+    )
+    for name, seconds in times.items():
+        print(f"  {name:24} {seconds:7.3f} s  {100 * seconds / total:5.1f}% of {' + '.join(parts)}")
+    print(
+        f"scoring total {total:.3f} s: {2 * sum(p.numel() for p in model.parameters()) * fed / total / 1e9:.0f} GFLOP/s"
     )
 
 

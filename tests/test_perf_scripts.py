@@ -58,7 +58,7 @@ def test_the_harness_benchmark_runs_interleaved_on_a_tiny_model(tmp_path):
 
 def test_the_scoring_profile_runs_on_a_tiny_model(tmp_path):
     """perf/profile_blimp_scoring.py times each part of the engine's batches; on the tiny model it names every part
-    and counts the padding of the batches the engine would run."""
+    and counts the positions and padding of the prefix-tree rows the engine would run."""
     sys.path.insert(0, str(REPO / "tests" / "workflow"))
     from tiny_project import make_tiny_project
 
@@ -66,6 +66,7 @@ def test_the_scoring_profile_runs_on_a_tiny_model(tmp_path):
     cmd = [sys.executable, "perf/profile_blimp_scoring.py", "--model-dir", str(tmp_path / "p/model")]
     cmd += ["--data-dir", str(tmp_path / "p/src/blimp"), "--n-pairs", "6", "--batch-size", "4", "--threads", "1"]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=True).stdout
-    for part in ("tokenize", "forward (body + head)", "body", "LM head", "gather + logsumexp", "of which padding"):
+    parts = ("tokenize", "sort + pack", "attention masks", "forward (body + head)", "body", "LM head")
+    for part in (*parts, "gather + logsumexp", "of which padding", "GFLOP/s"):
         assert part in out, out
-    assert "24 sentences, 6 batches of 4" in out, out
+    assert "12 sentences, 3 batches of 4 in" in out, out  # 12 distinct sentences: each scored once

@@ -292,9 +292,9 @@ def test_prefix_tree_feeds_each_shared_prefix_once_and_shows_a_node_only_its_anc
     # Sorted: [1 5 6 7], [1 5 6 8], [1 5 9]: nodes 1, 5, 6 shared; 7 and 8 predict nothing and are not fed.
     flat = np.array([1, 5, 6, 7, 1, 5, 6, 8, 1, 5, 9])
     packed = pack_prefix_tree(flat, np.array([0, 4, 8]), np.array([4, 4, 3]), row_width=8)
-    assert packed.ids.tolist() == [[1, 5, 6, 0, 0, 0, 0, 0]] and packed.positions[0, :3].tolist() == [0, 1, 2]
-    assert packed.allowed[0, :3, :3].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
-    assert not packed.allowed[0, 3:].any()
+    # One row, as wide as its nodes (not the 8 allowed: a batch of short sentences is not padded to the cap).
+    assert packed.ids.tolist() == [[1, 5, 6]] and packed.positions.tolist() == [[0, 1, 2]]
+    assert packed.allowed[0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
     # Every scored token once: (position that predicts it, token, sequence).
     triples = sorted(zip(packed.query.tolist(), packed.target.tolist(), packed.owner.tolist(), strict=True))
     assert triples == [(0, 5, 0), (0, 5, 1), (0, 5, 2), (1, 6, 0), (1, 6, 1), (1, 9, 2), (2, 7, 0), (2, 8, 1)]
@@ -321,6 +321,20 @@ def test_packed_scoring_equals_each_sequence_alone_under_a_clamp(tiny_model):
         alone = alone_logprob_sums(model, flat, offsets)
     np.testing.assert_allclose(packed, alone, rtol=1e-5, atol=1e-4)
     assert np.abs(alone - alone_logprob_sums(model, flat, offsets)).max() > 1e-3, "the clamp changed nothing"
+
+
+def test_packed_scoring_refuses_a_sequence_past_a_sliding_window(tiny_model):
+    model = tiny_model("mistral")
+    model.config.sliding_window = 5  # every layer of Mistral attends within its window
+    flat, offsets = np.arange(3, 14), np.array([0, 5, 11])
+    with pytest.raises(
+        ValueError, match=r"a sequence of 6 tokens is longer than the model's sliding attention window \(5"
+    ):
+        batched_logprob_sums(model, flat, offsets, batch_size=4, progress=None)
+    batched_logprob_sums(model, flat[:5], offsets[:2], batch_size=4, progress=None)  # within the window: scored
+    qwen = tiny_model("qwen3")
+    qwen.config.sliding_window, qwen.config.use_sliding_window = 5, False  # named, not used
+    batched_logprob_sums(qwen, flat, offsets, batch_size=4, progress=None)
 
 
 def _random_text(n_words: int, seed: int) -> str:

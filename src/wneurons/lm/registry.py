@@ -31,6 +31,7 @@ __all__ = [
     "preactivation_modules",
     "projection_weight",
     "resolve_window_bos",
+    "sliding_window",
     "up_projection_modules",
 ]
 
@@ -196,6 +197,14 @@ def context_length(model_or_config: Any) -> int:
         if value:
             return int(value)
     raise ValueError(f"cannot tell the context length of model_type {config.model_type!r}; pass window=")
+
+
+def sliding_window(model_or_config: Any) -> int | None:
+    """The span of a model's sliding-window attention layers (Gemma-3's local layers, Mistral's window), or None
+    where every layer attends to the whole sequence (Qwen2/3 configs name a window they do not use)."""
+    config = _text_config(_config_of(model_or_config))
+    window = getattr(config, "sliding_window", None)
+    return None if window is None or getattr(config, "use_sliding_window", True) is False else int(window)
 
 
 def _resolve(root: Any, dotted: str) -> Any:

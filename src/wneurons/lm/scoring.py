@@ -39,6 +39,8 @@ import numpy as np
 import polars as pl
 import torch
 
+from wneurons.lm.registry import sliding_window
+
 log = logging.getLogger(__name__)
 
 REDUCTIONS = ("sum", "mean")
@@ -304,16 +306,17 @@ def pack_prefix_tree(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, 
         differ = dense[1:] != dense[:-1]
         lcp = np.where(differ.any(axis=1), differ.argmax(axis=1), dense.shape[1])
         shared[1:] = np.minimum(lcp, np.minimum(fed[1:], fed[:-1]))
-    width = max(row_width, int(fed.max()))
+    cap = max(row_width, int(fed.max()))
     # Rows fill greedily in sorted order: a loop over sequences (not tokens), cheap beside a forward pass.
     row = np.empty(n, dtype=np.int64)
     first = np.empty(n, dtype=np.int64)  # column of the sequence's first new node
-    r, used = -1, width
+    r, used, width = -1, cap, 0
     for k in range(n):
-        if used + fed[k] - shared[k] > width:
+        if used + fed[k] - shared[k] > cap:
             r, used, shared[k] = r + 1, 0, 0
         row[k], first[k] = r, used
         used += fed[k] - shared[k]
+        width = max(width, used)  # the longest row: a batch of a few short sentences is not padded to the cap
     on_path = depth[None, :] < fed[:, None]
     new = on_path & (depth[None, :] >= shared[:, None])
     own = first[:, None] + depth[None, :] - shared[:, None]
@@ -341,6 +344,16 @@ def pack_prefix_tree(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, 
     )
 
 
+def attention_bias(allowed: np.ndarray, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """The ``[rows, 1, width, width]`` additive attention mask of a :class:`PrefixTreeBatch` (0 where a column
+    attends, the dtype's lowest value where not), which transformers passes to every family's attention as it is
+    (a float mask: eager attention adds it, SDPA too). Padding columns attend to themselves, so no row is empty."""
+    allowed = torch.from_numpy(allowed).to(device) | torch.eye(allowed.shape[-1], dtype=torch.bool, device=device)
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)[
+        :, None
+    ]
+
+
 def batched_logprob_sums(
     model,
     flat: np.ndarray,
@@ -359,6 +372,13 @@ def batched_logprob_sums(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     n = len(offsets) - 1
+    window, longest = sliding_window(model), int((offsets[1:] - offsets[:-1]).max(initial=0))
+    if window is not None and longest > window:
+        # The prefix-tree mask gives every layer the same span; a local layer must not see past its window.
+        raise ValueError(
+            f"a sequence of {longest} tokens is longer than the model's sliding attention window ({window} tokens), "
+            "which minimal-pair scoring does not apply: score shorter texts (perplexity windows handle long text)"
+        )
     sums = np.zeros(n, dtype=np.float64)
     order = lexicographic_order(flat, offsets)
     device = model_device(model)
@@ -368,14 +388,10 @@ def batched_logprob_sums(
     def score_rows(lo: int, hi: int) -> None:
         rows = order[lo:hi]
         packed = pack_prefix_tree(flat, offsets[rows], offsets[rows + 1] - offsets[rows], row_width)
-        allowed = torch.from_numpy(packed.allowed).to(device)
-        # Columns past a row's last node (padding) attend to themselves: no row of the mask is empty.
-        allowed |= torch.eye(allowed.shape[-1], dtype=torch.bool, device=device)
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
         logits = model(
             input_ids=torch.from_numpy(packed.ids).to(device),
             position_ids=torch.from_numpy(packed.positions).to(device),
-            attention_mask=mask[:, None],
+            attention_mask=attention_bias(packed.allowed, dtype, device),
             use_cache=False,
         ).logits
         token_lp = query_logprobs(logits, torch.from_numpy(packed.query), torch.from_numpy(packed.target))
