@@ -298,9 +298,12 @@ def test_prefix_tree_feeds_each_shared_prefix_once_and_shows_a_node_only_its_anc
     # Every scored token once: (position that predicts it, token, sequence).
     triples = sorted(zip(packed.query.tolist(), packed.target.tolist(), packed.owner.tolist(), strict=True))
     assert triples == [(0, 5, 0), (0, 5, 1), (0, 5, 2), (1, 6, 0), (1, 6, 1), (1, 9, 2), (2, 7, 0), (2, 8, 1)]
-    # A sequence that does not fit the row's width starts a row of its own, where it shares nothing.
-    wide = pack_prefix_tree(np.array([1, 5, 6, 7, 1, 8, 9, 7]), np.array([0, 4]), np.array([4, 4]), row_width=3)
-    assert wide.ids.tolist() == [[1, 5, 6], [1, 8, 9]] and wide.query.tolist() == [0, 1, 2, 3, 4, 5]
+    # Rows of about row_width nodes, filled evenly (at most row_width + the mean sequence): 13 nodes in rows of
+    # about 4 give rows of at most 4 + 4; a sequence that does not fit starts a row, where its prefix is fed again.
+    seqs = [[1, 10 + i, 20 + i, 30 + i, 7] for i in range(4)]
+    rows = pack_prefix_tree(np.concatenate(seqs), np.arange(0, 20, 5), np.full(4, 5), row_width=4)
+    assert rows.ids.tolist() == [[1, 10, 20, 30, 11, 21, 31], [1, 12, 22, 32, 13, 23, 33]]
+    assert rows.positions.tolist() == [[0, 1, 2, 3, 1, 2, 3]] * 2 and len(rows.query) == 16
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)

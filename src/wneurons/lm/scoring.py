@@ -291,7 +291,8 @@ class PrefixTreeBatch:
 
 def pack_prefix_tree(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, row_width: int) -> PrefixTreeBatch:
     """Pack sequences (``flat[starts[i] : starts[i] + lengths[i]]``, lexicographically sorted) into prefix-tree
-    rows of at most ``row_width`` nodes (more where one sequence needs it).
+    rows: as many as ``row_width`` nodes a row asks for, filled evenly (a row holds at most its even share plus
+    the batch's mean sequence, or the longest sequence); the array is as wide as its longest row.
 
     Sequence k feeds its tokens 0 .. len-2 (the last one predicts nothing); its node at depth d is shared with
     its predecessor k-1 in the same row while both sequences agree on tokens 0 .. d (sorted order: a prefix shared
@@ -306,7 +307,9 @@ def pack_prefix_tree(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, 
         differ = dense[1:] != dense[:-1]
         lcp = np.where(differ.any(axis=1), differ.argmax(axis=1), dense.shape[1])
         shared[1:] = np.minimum(lcp, np.minimum(fed[1:], fed[:-1]))
-    cap = max(row_width, int(fed.max()))
+    # As many rows as row_width asks for, filled evenly: the last row of a batch is not left half empty.
+    nodes = int(fed.sum() - shared.sum())  # without the prefixes fed again at the start of a row
+    cap = max(-(-nodes // -(-nodes // row_width)) + int(fed.mean()), int(fed.max()))
     # Rows fill greedily in sorted order: a loop over sequences (not tokens), cheap beside a forward pass.
     row = np.empty(n, dtype=np.int64)
     first = np.empty(n, dtype=np.int64)  # column of the sequence's first new node
