@@ -15,6 +15,7 @@ from hub_server import HubServer, pointed_at
 from tiny_project import REPO, make_tiny_project, snakemake
 
 from wneurons import cli
+from wneurons.experiment.allocations import SUSTAINED_TFLOPS
 from wneurons.experiment.model_facts import gguf_wheel_file
 
 pytestmark = pytest.mark.slow
@@ -162,8 +163,11 @@ def test_run_dry_run_and_plan_go_through_the_snakefile():
     assert "score_ablation" in proc.stdout
     proc = _wneurons("plan", "config/demo.yaml")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for text in ("jobs: ", "GPU-hours at 300 TFLOP/s", "Allocations against the site's limits", "total written"):
+    for text in ("jobs: ", "Allocations against the site's limits", "total written"):
         assert text in proc.stdout, proc.stdout
+    # GPU-hours at the rate the allocations are sized with: the demo's precision's (review 1.6), not a bf16 rate.
+    rate = f"{cli.validated('config/demo.yaml', REPO)['evaluation']['dtype']} {SUSTAINED_TFLOPS['fp32']:g}"
+    assert f"each GPU job at the planner's stated rate of its precision ({rate}) TFLOP/s" in proc.stdout
     # Loads: one per allocation with a GPU job; the demo's weight-rows-only allocations load none (review 1.3).
     groups = int(re.search(r"\((\d+) group jobs", proc.stdout)[1])
     loads, idle = map(

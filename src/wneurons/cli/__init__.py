@@ -317,6 +317,8 @@ class DefaultsWhereUseful(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from wneurons.experiment import plan
+
     fmt = DefaultsWhereUseful
     parser = argparse.ArgumentParser(
         prog="wneurons",
@@ -354,20 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="jobs, allocations, model loads, GPU-hours and disk of a config's grid",
         description="Size a config's grid before running it, from a dry run of the real DAG through the profiles "
         "(perf/grid_jobs.py) and the activation-shard disk (perf/disk_grid.py). GPU-hours are forward FLOPs at "
-        "--tflops sustained plus startup and weight loading: stated assumptions, not measurements.",
+        "the rates the allocations are sized with (or --tflops) plus startup and weight loading: stated "
+        "assumptions, not measurements.",
     )
     p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config to size")
-    p.add_argument("--profile", action="append", help="a Snakemake profile (repeatable; default profiles/slurm)")
-    p.add_argument("--site", help="a site file (profiles/site.example/site.yaml) instead of the config's `site`")
-    p.add_argument(
-        "--site-limits",
-        choices=["slurm", "none"],
-        help="plan within the limits SLURM states (slurm) or the site file's / the defaults only (none); "
-        "default: the profiles' `site_limits` (profiles/slurm: slurm)",
-    )
-    p.add_argument("--tflops", type=float, default=300.0, help="sustained TFLOP/s per GPU")
-    p.add_argument("--load-gbps", type=float, default=2.0, help="GB/s a model's weights load at")
-    p.add_argument("--startup-s", type=float, default=10.0, help="seconds a job's process needs before loading")
+    plan.add_grid_arguments(p)
     p.add_argument("--no-disk", action="store_true", help="leave out the activation-shard disk table")
 
     p = sub.add_parser(
