@@ -142,8 +142,14 @@ def command_problem(words: list[str]) -> str | None:
             except SystemExit:
                 return err.getvalue().strip().splitlines()[-1]
         return next((f"no profile {p}" for p in run.profiles if not (ROOT / p).is_dir()), None)
-    cmd = [sys.executable, "-m", words[2], "--help"] if words[0] == "python" else ["make", "-n", *words[1:2]]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return _runs_problem(("python", "-m", words[2], "--help") if words[0] == "python" else ("make", "-n", *words[1:2]))
+
+
+@functools.cache
+def _runs_problem(cmd: tuple[str, ...]) -> str | None:
+    """stderr's end where ``cmd`` (``python -m M --help``, ``make -n T``) fails, else None; once per command."""
+    argv = [sys.executable, *cmd[1:]] if cmd[0] == "python" else list(cmd)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     return None if proc.returncode == 0 else proc.stderr.strip()[-1500:]
 
 
@@ -208,18 +214,19 @@ def run_of(words: list[str]) -> Run:
     return Run(config, profiles, tuple(args.config or ()), WHOLE if whole else tuple(sorted(set(targets))))
 
 
-def covering(runs: list[Run]) -> set[Run]:
+def covering(runs: list[Run], counted: list[Run] = ()) -> set[Run]:
     """The dry runs that check ``runs``: per config, overrides and kind of target (the whole DAG, or named targets),
-    the run through the most profiles (the first of them in the docs), with the named targets of every run of its
-    kind; then, for a profile no such run goes through, the widest run that does. So each command's config, overrides
-    and targets are dry-run together, and each profile it names is in a dry run (not necessarily in the same one: a
-    config's whole DAG is built once, not once per profile)."""
+    a run whose job count is checked (``counted``: it is dry-run anyway), else the run through the most profiles
+    (the first of them in the docs), with the named targets of every run of its kind; then, for a profile no such run
+    goes through, the widest run that does. So each command's config, overrides and targets are dry-run together,
+    and each profile it names is in a dry run (not necessarily in the same one: a config's whole DAG is built once,
+    not once per profile)."""
     groups: dict[tuple, list[Run]] = {}
     for run in dict.fromkeys(runs):
         groups.setdefault((run.config, run.overrides, run.targets == WHOLE), []).append(run)
 
     def widest(group: list[Run]) -> Run:
-        run = max(group, key=lambda r: len(r.profiles))  # the first of the widest
+        run = next((r for r in group if r in counted), None) or max(group, key=lambda r: len(r.profiles))
         named = sorted({t for r in group for t in r.targets})
         return run if run.targets == WHOLE else run._replace(targets=tuple(named))
 
@@ -273,8 +280,9 @@ def dry_run_problems(found: list[tuple[str, int, list[str]]], counted: list[list
         if words[0] in ("snakemake", "wneurons") and not _expected(doc, " ".join(words)) and not command_problem(words):
             if (sm := snakemake_words(words)) is not None:
                 runs.append(run_of(sm))
-    checks = covering(runs)
-    procs = dry_runs([*checks, *(run_of(snakemake_words(w)) for w in counted)])
+    counted = [run_of(snakemake_words(w)) for w in counted]
+    checks = covering(runs, counted)
+    procs = dry_runs([*checks, *counted])
     problems = []
     for run in sorted(checks):
         proc, missing = procs[run], _missing_gguf(run.config)
