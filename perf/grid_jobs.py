@@ -1,6 +1,6 @@
 """Jobs, SLURM allocations, model loads and GPU-hours of a config's grid, from a dry run of the real DAG.
 
-    python perf/grid_jobs.py [config/config.yaml] [--profile profiles/slurm] [--tflops 300] [--load-gbps 2]
+    python perf/grid_jobs.py [config/config.yaml] [--profile profiles/slurm] [--site-limits none] [--tflops T]
 
 Allocations (``--profile profiles/slurm``, with the site file of the config or of a later ``--profile``): per model
 the allocations the dry run forms, and the largest walltime and memory one of them asks: the sum of its members'
@@ -19,13 +19,13 @@ Counts (from `snakemake all -n --forceall --profile <profile>`, every job of the
   (profiles/local) loads each (model, revision) once per concurrent job slot.
 
 GPU-hours: every GPU job's forward FLOPs (2 x parameters x tokens it runs, from the config's data sizes and the
-model's `params_b`; attention is left out, < 10% at these lengths for models >= 1B) at `--tflops` sustained
-(default 300: ~30% of an H200's dense bf16 peak, what batched inference of short sequences reaches); and what a job
-pays before its first forward: `--startup-s` of imports (default 10: measured ~10 s for torch + transformers on
-the CPU machine this was written on) plus loading the bf16 weights at `--load-gbps` (default 2: a parallel file
-system), once per job (a process per job: the slurm plugin's group jobs), once per allocation (profiles/slurm) or
-once per checkpoint (one process, profiles/local). All are
-stated assumptions, not measurements: perf/gpu_check.sh measures the real numbers on a GPU when one is available.
+model's `params_b`; attention is left out, < 10% at these lengths for models >= 1B) at the rate the allocations are
+sized with (wneurons.experiment.allocations: the site file's `tflops`, else the stated sustained rate of the job's
+precision, `SUSTAINED_TFLOPS`; `--tflops` replaces it); and what a job pays before its first forward: the planner's
+startup (`STARTUP_S`) plus loading its weights at their precision's bytes at `LOAD_GBPS` (`--startup-s`,
+`--load-gbps` replace them), once per job (a process per job: the slurm plugin's group jobs), once per allocation
+(profiles/slurm) or once per checkpoint (one process, profiles/local). All are stated assumptions, not
+measurements: perf/gpu_check.sh measures the real numbers on a GPU when one is available.
 """
 
 from __future__ import annotations
@@ -41,19 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("config", nargs="?", default="config/config.yaml")
-    parser.add_argument("--profile", action="append", help="a profile (repeatable); default profiles/slurm")
-    parser.add_argument("--site", help="a site file (profiles/site.example/site.yaml) instead of the config's `site`")
-    parser.add_argument(
-        "--site-limits",
-        choices=["slurm", "none"],
-        help="plan within the limits SLURM states (slurm) or the site file's / the defaults only (none); "
-        "default: the profiles' `site_limits` (profiles/slurm: slurm)",
-    )
-    parser.add_argument("--tflops", type=float, default=300.0, help="sustained TFLOP/s per GPU")
-    parser.add_argument("--load-gbps", type=float, default=2.0, help="GB/s a model's weights load at")
-    parser.add_argument(
-        "--startup-s", type=float, default=10.0, help="seconds a job's process needs before loading (imports)"
-    )
+    plan.add_grid_arguments(parser)
     args = parser.parse_args()
     args.profile = args.profile or ["profiles/slurm"]
     plan.print_grid(args, ROOT)

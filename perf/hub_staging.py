@@ -76,7 +76,7 @@ def wall_hours(config: dict, planner: allocations.Planner, model: str, args: arg
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("config", nargs="?", default=str(ROOT / "config/config.yaml"))
+    parser.add_argument("config", nargs="?", default="config/config.yaml", help="relative: to the repository")
     parser.add_argument("--ahead", type=int, nargs="+", default=[0, 1, 2, 4], help="hub.stage_ahead values to show")
     parser.add_argument("--shard-gb", type=float, default=10.0, help="GB of the shard a weight-rows-only step reads")
     parser.add_argument("--mbps", type=float, default=100.0, help="MB/s of one download")
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import yaml
 
-    config = yaml.safe_load(Path(args.config).read_text())
+    config = yaml.safe_load((ROOT / args.config).read_text())  # the path as given is what it prints (review N14)
     validate_config(config, ROOT / "workflow/schemas/config.schema.yaml", ROOT)
     site = allocations.Site.from_file(allocations.site_path(config.get("site"), ROOT))
     models = targets.hub_models(config)

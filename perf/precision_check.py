@@ -3,7 +3,7 @@ and what each precision costs on the paper grid (docs/performance.md, "Precision
 
     python perf/precision_check.py measure --model smollm2=resources/models/smollm2-135m \\
         --model gemma3=resources/models/gemma3-270m [--blimp-pairs 300 --tse-items 300 --wd-tokens 4096]
-    python perf/precision_check.py cost [config/config.yaml] [--gpu h100 --utilisation 0.3]
+    python perf/precision_check.py cost [config/config.yaml] [--tflops fp32=20,tf32=100,bf16=200]
 
 ``measure`` (the CPU, or a GPU with ``--device cuda``, where ``tf32`` is real TF32): for each model and
 precision, BLiMP and TSE decisions (scored as the grid does: ``score_blimp`` / ``score_tse``, the ``authors``
@@ -19,8 +19,8 @@ then, against fp32, the decisions that flip, the largest log-prob change, the WD
   underestimate of TF32's effect, by the share of those matmuls).
 
 ``cost``: GPU-hours and GPU memory per model of a config's grid for each precision, from ``perf/grid_jobs.py``'s
-dry run and token counts (imported, not copied), at stated dense peaks per GPU kind and a stated utilisation:
-assumptions, printed with the table.
+dry run and token counts (imported, not copied), at the sustained rate per precision the planner sizes the
+allocations with (``SUSTAINED_TFLOPS``, or ``--tflops``): assumptions, printed with the table.
 """
 
 from __future__ import annotations
@@ -41,14 +41,6 @@ from wneurons.experiment.allocations import BYTES_PER_PARAM
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-
-# Dense peaks (TFLOP/s, no sparsity) from the vendors' datasheets, SXM parts; fp32 = non-tensor-core FP32.
-PEAK_TFLOPS = {
-    "h100": {"fp32": 67.0, "tf32": 495.0, "bf16": 989.0},
-    "h200": {"fp32": 67.0, "tf32": 495.0, "bf16": 989.0},
-    "a100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
-}
-GPU_MEMORY_GB = {"h100": 80, "h200": 141, "a100": 80}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -277,6 +269,7 @@ VOCAB = {"pythia": 50_304, "llama": 128_256, "mistral": 32_768, "qwen3": 151_936
 def cost(args) -> None:
     import yaml
 
+    from wneurons.experiment.allocations import SUSTAINED_TFLOPS
     from wneurons.experiment.config import validate_config
     from wneurons.experiment.plan import dry_run  # perf/grid_jobs.py's dry run: the GPU-hours table's own
     from wneurons.experiment.rule_files import rules_with
@@ -286,33 +279,38 @@ def cost(args) -> None:
     config = validate_config(yaml.safe_load((ROOT / args.config).read_text()), schema)
     gpu = rules_with("gpu=1,", ROOT)
     flops: dict[str, float] = defaultdict(float)
-    for job in dry_run(args.config, [args.profile], root=ROOT):
+    # The default site (24 h, no SLURM asked): the grid as perf/grid_jobs.py --site-limits none plans it.
+    for job in dry_run(args.config, [args.profile], root=ROOT, site_limits="none"):
         if job.rule in gpu:
             params = config["models"][job.wildcards["model"]]["params_b"] * 1e9
             flops[job.wildcards["model"]] += 2 * params * tokens_of(config, job.rule, job.wildcards)
-    utilisation = dict((k, float(v)) for k, v in (kv.split("=") for kv in args.utilisation.split(",")))
+    # The planner's rates (the allocations are sized with them), one per precision; --tflops replaces them.
+    given = dict((k, float(v)) for k, v in (kv.split("=") for kv in args.tflops.split(","))) if args.tflops else {}
+    rates = {p: given.get(p, SUSTAINED_TFLOPS[p]) for p in ("fp32", "tf32", "bf16")}
+    source = "--tflops" if given else "wneurons.experiment.allocations.SUSTAINED_TFLOPS, the planner's"
     print(
         f"config {args.config}; forward FLOPs = 2 x parameters x tokens of every GPU job (perf/grid_jobs.py); "
-        f"sustained = dense peak x utilisation {utilisation} (assumptions)"
+        f"sustained TFLOP/s {rates} ({source}; assumptions)"
     )
     models = sorted(flops, key=lambda m: config["models"][m]["params_b"])
-    for kind in args.gpu.split(","):
-        peaks = PEAK_TFLOPS[kind]
-        print(f"\n{kind.upper()} ({GPU_MEMORY_GB[kind]} GB), dense peaks {peaks} TFLOP/s")
-        print("| model | PFLOP | " + " | ".join(f"{p} GPU-h" for p in peaks) + " | weights+logits GB fp32/tf32, bf16 |")
-        print("|---|---|" + "---|" * len(peaks) + "---|")
-        totals: dict[str, float] = defaultdict(float)
-        for model in models:
-            spec = config["models"][model]
-            vocab = next((v for k, v in VOCAB.items() if model.startswith(k)), 50_304)
-            hours = {p: flops[model] / (peaks[p] * 1e12 * utilisation[p]) / 3600 for p in peaks}
-            for p, h in hours.items():
-                totals[p] += h
-            mem = ", ".join(f"{gpu_memory_gb(spec['params_b'], p, vocab):.0f}" for p in ("fp32", "bf16"))
-            cells = " | ".join(f"{h:,.1f}" for h in hours.values())
-            print(f"| {model} | {flops[model] / 1e15:,.0f} | {cells} | {mem} |")
-        cells = " | ".join(f"**{totals[p]:,.1f}**" for p in peaks)
-        print(f"| **total** | {sum(flops.values()) / 1e15:,.0f} | {cells} | |")
+    print(
+        "| model | PFLOP | "
+        + " | ".join(f"{p} ({t:g}) GPU-h" for p, t in rates.items())
+        + " | GPU GB fp32 = tf32 | GPU GB bf16 |"
+    )
+    print("|---|---|" + "---|" * len(rates) + "---|---|")
+    totals: dict[str, float] = defaultdict(float)
+    for model in models:
+        spec = config["models"][model]
+        vocab = next((v for k, v in VOCAB.items() if model.startswith(k)), 50_304)
+        hours = {p: flops[model] / (t * 1e12) / 3600 for p, t in rates.items()}
+        for p, h in hours.items():
+            totals[p] += h
+        mem = " | ".join(f"{gpu_memory_gb(spec['params_b'], p, vocab):.0f}" for p in ("fp32", "bf16"))
+        cells = " | ".join(f"{h:,.1f}" for h in hours.values())
+        print(f"| {model} | {flops[model] / 1e15:,.0f} | {cells} | {mem} |")
+    cells = " | ".join(f"**{totals[p]:,.0f}**" for p in rates)
+    print(f"| **total** | **{sum(flops.values()) / 1e15:,.0f}** | {cells} | | |")
 
 
 def main() -> None:
@@ -336,12 +334,10 @@ def main() -> None:
     c = sub.add_parser("cost", help="GPU-hours and GPU memory per precision of a config's grid")
     c.add_argument("config", nargs="?", default="config/config.yaml")
     c.add_argument("--profile", default="profiles/slurm")
-    c.add_argument("--gpu", default="h100,a100", help=f"GPU kinds, comma-separated, of {', '.join(PEAK_TFLOPS)}")
     c.add_argument(
-        "--utilisation",
-        default="fp32=0.6,tf32=0.3,bf16=0.3",
-        help="sustained fraction of each dense peak (fp32 GEMMs on CUDA cores run nearer their peak than short "
-        "sequences on tensor cores)",
+        "--tflops",
+        help="sustained TFLOP/s per precision, e.g. fp32=19.5,tf32=156,bf16=312 (default: the planner's, "
+        "wneurons.experiment.allocations.SUSTAINED_TFLOPS)",
     )
     args = parser.parse_args()
     measure(args) if args.command == "measure" else cost(args)

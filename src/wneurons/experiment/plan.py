@@ -18,16 +18,22 @@ import yaml
 
 from wneurons.experiment import slurm_site
 from wneurons.experiment.allocations import (
+    BYTES_PER_PARAM,
     CPU_MEMBERS,
+    LOAD_GBPS,
+    STARTUP_S,
+    SUSTAINED_TFLOPS,
     Planner,
     Site,
+    job_estimate_minutes,
     member_load_minutes,
+    precision_of,
     site_path,
 )
 from wneurons.experiment.config import validate_config
 from wneurons.experiment.grid import WIKITEXT2_TEST_TOKENS, collected_layers, neurons_per_layer_of, shard_bytes
 from wneurons.experiment.rule_files import rules_with
-from wneurons.experiment.workload import capability_docs, tokens_of
+from wneurons.experiment.workload import capability_docs
 
 __all__ = [
     "Job",
@@ -39,6 +45,7 @@ __all__ = [
     "print_allocations",
     "print_disk",
     "print_grid",
+    "add_grid_arguments",
 ]
 
 
@@ -171,20 +178,30 @@ def print_grid(args: argparse.Namespace, root: Path) -> None:
         f"{len(checkpoints):,} (model, revision) pairs x job slots in one process over the grid"
     )
 
+    # The planner's own rates (review 1.6: one rate per precision for the grid, its allocations and the docs): each
+    # job's compute at the site's tflops, else the stated rate of its rule's precision; --tflops replaces both.
+    load_bytes = max((BYTES_PER_PARAM[precision_of(config, r)] for r in gpu), default=4)
+    startup_s = STARTUP_S if args.startup_s is None else args.startup_s
+    load_gbps = LOAD_GBPS if args.load_gbps is None else args.load_gbps
+    rate = args.tflops * 1e12 if args.tflops else None
+
     def startup_and_load_h(model: str) -> float:
-        return (args.startup_s + 2 * config["models"][model]["params_b"] * 1e9 / (args.load_gbps * 1e9)) / 3600
+        return (startup_s + load_bytes * config["models"][model]["params_b"] / load_gbps) / 3600
 
     hours = defaultdict(float)
     per_job = defaultdict(float)  # startup + one load, paid by every GPU job in a process of its own
+    precisions = Counter()
     for rule, _, w in jobs:
         if rule not in gpu:
             continue
-        params = config["models"][w["model"]]["params_b"] * 1e9
-        hours[w["model"]] += 2 * params * tokens_of(config, rule, w) / (args.tflops * 1e12) / 3600
+        hours[w["model"]] += job_estimate_minutes(config, site, rule, w, root, rate) / 60
         per_job[w["model"]] += startup_and_load_h(w["model"])
+        precisions[precision_of(config, rule)] += 1
+    at = ", ".join(f"{p} {site.tflops or SUSTAINED_TFLOPS[p]:g}" for p in sorted(precisions))
+    where = "the site file's tflops" if site.tflops else "the planner's stated rate of its precision"
     print(
-        f"\nGPU-hours at {args.tflops:g} TFLOP/s sustained; each process {args.startup_s:g} s of startup, loads at "
-        f"{args.load_gbps:g} GB/s (bf16 weights):"
+        f"\nGPU-hours, each GPU job at {f'{args.tflops:g} (--tflops)' if rate else f'{where} ({at})'} TFLOP/s "
+        f"sustained; each process {startup_s:g} s of startup, loads {load_bytes}-byte weights at {load_gbps:g} GB/s:"
     )
     header = f"{'model':<16}{'GPU jobs':>9}{'allocations':>12}{'compute h':>11}"
     print(header + f"{'startup+load per job h':>24}{'per loading allocation h':>26}{'once per checkpoint h':>23}")
@@ -202,6 +219,30 @@ def print_grid(args: argparse.Namespace, root: Path) -> None:
     print(row + f"{sum(per_job.values()):>24.1f}{total_alloc:>26.2f}{total_once:>23.2f}")
     print_allocations(config, site, requests)
     print_requests_against_use(config, site, parsed, requests, root)
+
+
+def add_grid_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of :func:`print_grid` (``wneurons plan`` and perf/grid_jobs.py): profiles, site, its limits and
+    the GPU-hour table's rates (default: the planner's)."""
+    parser.add_argument("--profile", action="append", help="a Snakemake profile (repeatable; default profiles/slurm)")
+    parser.add_argument("--site", help="a site file (profiles/site.example/site.yaml) instead of the config's `site`")
+    parser.add_argument(
+        "--site-limits",
+        choices=["slurm", "none"],
+        help="plan within the limits SLURM states (slurm) or the site file's / the defaults only (none); "
+        "default: the profiles' `site_limits` (profiles/slurm: slurm)",
+    )
+    rates = ", ".join(f"{p} {t:g}" for p, t in SUSTAINED_TFLOPS.items())
+    parser.add_argument(
+        "--tflops",
+        type=float,
+        help=f"sustained TFLOP/s per GPU job for the GPU-hour table (default: the site's tflops, else the planner's "
+        f"rate of each job's precision: {rates})",
+    )
+    parser.add_argument("--load-gbps", type=float, help=f"GB/s a model's weights load at (default {LOAD_GBPS:g})")
+    parser.add_argument(
+        "--startup-s", type=float, help=f"seconds a job's process needs before loading (default {STARTUP_S:g})"
+    )
 
 
 def print_requests_against_use(
