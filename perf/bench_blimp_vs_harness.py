@@ -8,7 +8,8 @@ harness at each batch size, ours, ... ``--repeats`` times, so that the machine's
 Both sides are warmed up before they are timed (ours once per process, the harness once per process on a few
 pairs); model loading is excluded on both. Reports, per harness batch size, the ratio of sentences/s (ours ÷
 theirs, per repeat: median, min and max), the harness's fastest batch size by its median, both accuracies, how many
-decisions differ and the largest per-sentence log-prob difference; the achieved FLOP/s of our scoring
+decisions differ and the largest per-sentence log-prob difference, with a float64 rescoring of the sentences that
+differ most (which side's fp32 rounding a difference comes from); the achieved FLOP/s of our scoring
 (2 × parameters × positions fed ÷ time) against a plain float32 matmul of this machine, same threads.
 ``--dtypes`` other than float32 are then run once each and compared with our float32 run.
 
@@ -32,9 +33,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import torch
+from scoring_positions import packed_positions  # this folder
 
 from wneurons.lm.models import load_model
-from wneurons.lm.scoring import CONVENTIONS, score_blimp
+from wneurons.lm.scoring import CONVENTIONS, PREFIX_TREE_ROW, score_blimp, sequence_logprobs, tokenize
 from wneurons.store.data import load_blimp
 from wneurons.store.io import provenance, write_json
 
@@ -62,7 +64,8 @@ def bench_ours(model, tokenizer, pairs: pl.DataFrame, dtype: str, batch_size: in
         model, tokenizer, pairs, convention="harness", batch_size=batch_size, return_pairs=True
     )
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    scored = scored.with_columns(pairs["pair_id"].gather(scored["item"]))  # the per-pair frame keeps row numbers
+    # The per-pair frame keeps row numbers: the pair ids and sentences come from the input.
+    scored = scored.with_columns(pairs.select("pair_id", "sentence_good", "sentence_bad")[scored["item"]])
     n_sentences = 2 * pairs.height
     return {
         "side": "wneurons",
@@ -78,12 +81,16 @@ def bench_ours(model, tokenizer, pairs: pl.DataFrame, dtype: str, batch_size: in
     }, scored
 
 
-def positions_fed(tokenizer, pairs: pl.DataFrame) -> int:
-    """Token positions one scoring of ``pairs`` runs through the model under the harness convention, padding aside:
-    the context token and every sentence token but the last (which predicts nothing), good and bad sentences. The
-    same count on both sides."""
+def positions_fed(tokenizer, pairs: pl.DataFrame, batch_size: int) -> dict[str, int]:
+    """Token positions one scoring of ``pairs`` runs through the model under the harness convention: ``whole``, the
+    harness's (the context token and every sentence token but the last, which predicts nothing; good and bad
+    sentences; padding aside), and ``nodes`` / ``fed``, ours (each distinct sentence once, each shared prefix once
+    in the engine's prefix-tree rows; without / with their padding)."""
     texts = pairs["sentence_good"].to_list() + pairs["sentence_bad"].to_list()
-    return sum(len(ids) - 1 for ids in CONVENTIONS["harness"].encode(tokenizer, texts)[0])
+    whole = sum(len(ids) - 1 for ids in CONVENTIONS["harness"].encode(tokenizer, texts)[0])
+    flat, offsets, _ = tokenize(tokenizer, list(dict.fromkeys(texts)), "harness")
+    nodes, fed = packed_positions(flat, offsets, batch_size, PREFIX_TREE_ROW)
+    return {"whole": whole, "nodes": nodes, "fed": fed}
 
 
 def matmul_flops(threads: int, size: int = 2048, seconds: float = 2.0) -> float:
@@ -173,14 +180,37 @@ def differences(mine: np.ndarray, ref: np.ndarray) -> dict:
     }
 
 
-def against_harness(scored: pl.DataFrame, loglik: dict[str, list]) -> dict:
-    """Our fp32 scores against the harness's, pairs matched by paradigm and row order."""
-    mine, theirs = [], []
+def paired_with_harness(scored: pl.DataFrame, loglik: dict[str, list]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Our fp32 ``[pairs, 2]`` (good, bad) log-probs, the harness's and the sentences, pairs matched by paradigm and
+    row order."""
+    mine, theirs, texts = [], [], []
     for paradigm, rows in loglik.items():
-        ours = scored.filter(pl.col("paradigm") == paradigm).sort("pair_id")
+        ours = scored.filter(pl.col("paradigm") == paradigm).sort("pair_id").head(len(rows))
         theirs.append(np.array([[r[1], r[2]] for r in sorted(rows)]))
-        mine.append(ours.select("logprob_good", "logprob_bad").to_numpy()[: len(rows)])
-    return differences(np.concatenate(mine), np.concatenate(theirs))
+        mine.append(ours.select("logprob_good", "logprob_bad").to_numpy())
+        texts.append(ours.select("sentence_good", "sentence_bad").to_numpy())
+    return np.concatenate(mine), np.concatenate(theirs), np.concatenate(texts)
+
+
+def against_harness(scored: pl.DataFrame, loglik: dict[str, list]) -> dict:
+    """Our fp32 scores against the harness's (:func:`paired_with_harness`)."""
+    mine, theirs, _ = paired_with_harness(scored, loglik)
+    return differences(mine, theirs)
+
+
+def against_float64(model, tokenizer, scored: pl.DataFrame, loglik: dict[str, list], n: int) -> dict:
+    """The ``n`` sentences whose fp32 log-probs differ most between ours and the harness, scored again one at a
+    time in float64 (``model`` is converted): how far each side's fp32 value is from it. Two fp32 engines that
+    batch differently each err by rounding; this says which one a difference comes from."""
+    mine, theirs, texts = (a.reshape(-1) for a in paired_with_harness(scored, loglik))
+    worst = np.argsort(-np.abs(mine - theirs), kind="stable")[:n]
+    exact, _ = sequence_logprobs(model.double(), tokenizer, texts[worst].tolist(), convention="harness", batch_size=1)
+    return {
+        "sentences": len(worst),
+        "largest_fp32_difference": float(np.abs(mine - theirs)[worst[0]]),
+        "ours_max_error": float(np.abs(mine[worst] - exact).max()),
+        "harness_max_error": float(np.abs(theirs[worst] - exact).max()),
+    }
 
 
 def against_fp32(scored: pl.DataFrame, fp32: pl.DataFrame) -> dict:
@@ -208,6 +238,9 @@ def main() -> None:
     )
     parser.add_argument("--harness-python", default=sys.executable, help="'' skips the harness")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timed runs of each side")
+    parser.add_argument(
+        "--float64-sentences", type=int, default=20, help="rescored in float64 where the two sides differ most"
+    )
     parser.add_argument(
         "--harness-batch-sizes", default="32,64,128", help="comma-separated; its fastest is the reference"
     )
@@ -253,28 +286,31 @@ def main() -> None:
             harness.close()
     ours = [r for r in runs if r["side"] == "wneurons"]
     median_s = float(np.median([r["wall_s"] for r in ours]))
-    positions = positions_fed(tokenizer, pairs)
+    positions = positions_fed(tokenizer, pairs, args.batch_size)
     n_params = sum(p.numel() for p in model.parameters())
     hardware = matmul_flops(torch.get_num_threads())
-    achieved = 2 * n_params * positions / median_s
+    # The rate of what the engine feeds (padding included) against the hardware; the harness's work done per second.
+    achieved = 2 * n_params * positions["fed"] / median_s
     flops = {
         "parameters": n_params,
         "positions": positions,
         "median_wall_s": median_s,
         "achieved_flops": achieved,
+        "whole_sentence_flops": 2 * n_params * positions["whole"] / median_s,
         "matmul_flops": hardware,
         "fraction_of_matmul": achieved / hardware,
     }
     print(
-        f"wneurons float32: {positions} positions x {n_params / 1e6:.1f}M parameters in {median_s:.2f} s (median) = "
-        f"{achieved / 1e9:.1f} GFLOP/s, {100 * achieved / hardware:.0f}% of a plain fp32 matmul here "
-        f"({hardware / 1e9:.1f} GFLOP/s)"
+        f"wneurons float32: {positions['fed']} positions fed ({positions['nodes']} prefix-tree nodes and their "
+        f"padding; the harness feeds {positions['whole']}) x {n_params / 1e6:.1f}M parameters in {median_s:.2f} s "
+        f"(median) = {achieved / 1e9:.1f} GFLOP/s, {100 * achieved / hardware:.0f}% of a plain fp32 matmul here "
+        f"({hardware / 1e9:.1f} GFLOP/s); the harness's positions in that time: "
+        f"{flops['whole_sentence_flops'] / 1e9:.1f} GFLOP/s"
     )
     print(
         f"wneurons float32: accuracy {ours[0]['accuracy']:.4f}; sentences/s over {args.repeats} repeats: "
         + ", ".join(f"{r['sentences_per_s']:.1f}" for r in ours)
     )
-    del model
 
     comparisons = []
     by_bs = {bs: [r for r in runs if r["side"] == "lm-eval" and r["batch_size"] == bs] for bs in batch_sizes}
@@ -294,6 +330,9 @@ def main() -> None:
             "speedup_cpu_median": float(np.median(cpu_ratios)),
             "accuracy_difference_points": 100 * (ours[0]["accuracy"] - theirs[0]["accuracy"]),
         } | against_harness(fp32, harness_logliks[bs])
+        if bs == best:
+            reference = against_float64(model, tokenizer, fp32, harness_logliks[bs], args.float64_sentences)
+            row["float64_reference"] = reference
         comparisons.append(row)
         print(
             f"float32 bs={args.batch_size} vs harness bs={bs}{' (its fastest)' if bs == best else ''}: "
@@ -302,6 +341,14 @@ def main() -> None:
             "accuracy {accuracy_difference_points:+.2f} points, {decisions_differ} of {pairs_compared} decisions "
             "differ, max |dlogp| {max_abs_logprob_difference:.2e}".format(**row)
         )
+        if "float64_reference" in row:
+            line = (
+                "  float64 reference, the {sentences} sentences that differ most"
+                " (largest {largest_fp32_difference:.2e}):"
+                " ours off by at most {ours_max_error:.2e} nats, the harness by {harness_max_error:.2e}"
+            )
+            print(line.format(**row["float64_reference"]))
+    del model
 
     for dtype in (d for d in args.dtypes.split(",") if d != "float32"):  # once each, against our float32
         subset = pairs

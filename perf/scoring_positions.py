@@ -15,7 +15,22 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+
 from wneurons.lm.scoring import PREFIX_TREE_ROW, lexicographic_order, pack_prefix_tree, tokenize
+
+
+def packed_positions(flat: np.ndarray, offsets: np.ndarray, batch_size: int, row_width: int) -> tuple[int, int]:
+    """``(nodes, fed)``: the positions the engine's prefix-tree rows hold for these (distinct) sequences in batches
+    of ``batch_size``, without and with padding (``wneurons.lm.scoring.batched_logprob_sums``' own packing)."""
+    order = lexicographic_order(flat, offsets)
+    nodes = fed = 0
+    for lo in range(0, len(order), batch_size):
+        rows = order[lo : lo + batch_size]
+        packed = pack_prefix_tree(flat, offsets[rows], offsets[rows + 1] - offsets[rows], row_width)
+        nodes += int(packed.allowed.any(axis=2).sum())
+        fed += packed.ids.size
+    return nodes, fed
 
 
 def main() -> None:
@@ -43,14 +58,8 @@ def main() -> None:
     print(f"{len(texts):,} sentences ({len(distinct):,} distinct), convention {args.convention!r}: positions fed")
     print(f"  every sentence whole (lm-evaluation-harness): {every:,} ({every / whole:.3f}x)")
     print(f"  each distinct sentence whole:                 {whole:,} (1x)")
-    order = lexicographic_order(flat, offsets)
     for batch in (int(b) for b in args.batch_sizes.split(",")):
-        nodes = padded = 0
-        for lo in range(0, len(order), batch):
-            rows = order[lo : lo + batch]
-            packed = pack_prefix_tree(flat, offsets[rows], offsets[rows + 1] - offsets[rows], args.row_width)
-            nodes += int(packed.allowed.any(axis=2).sum())
-            padded += packed.ids.size
+        nodes, padded = packed_positions(flat, offsets, batch, args.row_width)
         print(
             f"  prefix trees, batches of {batch}, rows of {args.row_width}: {nodes:,} ({nodes / whole:.3f}x), "
             f"with padding {padded:,} ({padded / whole:.3f}x; {every / padded:.2f}x fewer than the harness)"

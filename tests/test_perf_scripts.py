@@ -50,7 +50,11 @@ def test_the_harness_benchmark_runs_interleaved_on_a_tiny_model(tmp_path):
     assert len(row["speedup_wall_per_repeat"]) == 3 and row["harness_best_batch_size"]
     assert row["speedup_wall_min"] <= row["speedup_wall_median"] <= row["speedup_wall_max"]
     assert row["pairs_compared"] == 12 and row["decisions_differ"] == 0 and row["max_abs_logprob_difference"] < 1e-3
-    assert result["flops"]["positions"] > 24 and 0 < result["flops"]["fraction_of_matmul"]
+    positions = result["flops"]["positions"]
+    assert positions["whole"] > 24 and positions["nodes"] < positions["whole"] <= 2 * positions["fed"]
+    assert 0 < result["flops"]["fraction_of_matmul"]
+    reference = row["float64_reference"]  # each side's fp32 error against float64, where the two differ most
+    assert reference["sentences"] == 20 and max(reference["ours_max_error"], reference["harness_max_error"]) < 1e-3
     # A harness interpreter that does not exist is an error, before any work.
     missing = subprocess.run([*cmd[:2], "--harness-python", "no/such/python"], cwd=REPO, capture_output=True, text=True)
     assert missing.returncode == 2 and "no such interpreter" in missing.stderr
