@@ -330,6 +330,9 @@ def main() -> None:
             "speedup_cpu_median": float(np.median(cpu_ratios)),
             "accuracy_difference_points": 100 * (ours[0]["accuracy"] - theirs[0]["accuracy"]),
         } | against_harness(fp32, harness_logliks[bs])
+        if bs != best:  # the harness against itself: what a change of batch shape alone moves in fp32
+            theirs_here, theirs_best = (paired_with_harness(fp32, harness_logliks[b])[1] for b in (bs, best))
+            row["harness_against_its_fastest"] = differences(theirs_here, theirs_best)
         if bs == best:
             reference = against_float64(model, tokenizer, fp32, harness_logliks[bs], args.float64_sentences)
             row["float64_reference"] = reference
@@ -341,6 +344,11 @@ def main() -> None:
             "accuracy {accuracy_difference_points:+.2f} points, {decisions_differ} of {pairs_compared} decisions "
             "differ, max |dlogp| {max_abs_logprob_difference:.2e}".format(**row)
         )
+        if "harness_against_its_fastest" in row:
+            print(
+                "  the harness at bs={} against itself at bs={}: {decisions_differ} decisions differ, max |dlogp| "
+                "{max_abs_logprob_difference:.2e}".format(bs, best, **row["harness_against_its_fastest"])
+            )
         if "float64_reference" in row:
             line = (
                 "  float64 reference, the {sentences} sentences that differ most"

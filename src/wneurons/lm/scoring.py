@@ -331,6 +331,7 @@ def pack_prefix_tree(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, 
     k_new, d_new = np.nonzero(new)
     ids[row[k_new], own[k_new, d_new]] = dense[k_new, d_new]
     positions[row[k_new], own[k_new, d_new]] = d_new
+    # Each new node (k, d) attends to the columns of (k, 0 .. d): its own path from the root.
     allowed = np.zeros((r + 1, width, width), dtype=bool)
     ancestors = depth[None, :] <= d_new[:, None]  # [new nodes, depth]
     k_a, e_a = np.broadcast_to(k_new[:, None], ancestors.shape)[ancestors], np.nonzero(ancestors)[1]
@@ -352,9 +353,8 @@ def attention_bias(allowed: np.ndarray, dtype: torch.dtype, device: torch.device
     attends, the dtype's lowest value where not), which transformers passes to every family's attention as it is
     (a float mask: eager attention adds it, SDPA too). Padding columns attend to themselves, so no row is empty."""
     allowed = torch.from_numpy(allowed).to(device) | torch.eye(allowed.shape[-1], dtype=torch.bool, device=device)
-    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)[
-        :, None
-    ]
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return bias[:, None]
 
 
 def batched_logprob_sums(
@@ -369,12 +369,16 @@ def batched_logprob_sums(
     """Float64 sum of scored-token log-probs of every sequence (all tokens but the first), in input order.
 
     Sequences are scored ``batch_size`` at a time in lexicographic order, each batch packed into prefix-tree rows
-    (:func:`pack_prefix_tree`): a prefix that several sequences share is fed once, its hidden states identical to
-    each sequence's own. A CUDA out-of-memory error halves the batch and retries it (:func:`run_in_batches`).
+    (:func:`pack_prefix_tree`): a prefix that several sequences share is fed once, its hidden states those of each
+    sequence scored alone up to float rounding (which, like any change of batch shape, moves a sentence's fp32
+    log-prob by up to ~1e-3 nats on SmolLM2: docs/performance.md, section 1). A CUDA out-of-memory error halves the
+    batch and retries it (:func:`run_in_batches`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     n = len(offsets) - 1
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
     window, longest = sliding_window(model), int((offsets[1:] - offsets[:-1]).max(initial=0))
     if window is not None and longest > window:
         # The prefix-tree mask gives every layer the same span; a local layer must not see past its window.
