@@ -330,12 +330,12 @@ def main() -> None:
             "speedup_cpu_median": float(np.median(cpu_ratios)),
             "accuracy_difference_points": 100 * (ours[0]["accuracy"] - theirs[0]["accuracy"]),
         } | against_harness(fp32, harness_logliks[bs])
-        if bs != best:  # the harness against itself: what a change of batch shape alone moves in fp32
-            theirs_here, theirs_best = (paired_with_harness(fp32, harness_logliks[b])[1] for b in (bs, best))
-            row["harness_against_its_fastest"] = differences(theirs_here, theirs_best)
         if bs == best:
             reference = against_float64(model, tokenizer, fp32, harness_logliks[bs], args.float64_sentences)
             row["float64_reference"] = reference
+        else:  # the harness against itself: what a change of batch shape alone moves in fp32
+            theirs_here, theirs_best = (paired_with_harness(fp32, harness_logliks[b])[1] for b in (bs, best))
+            row["harness_against_its_fastest"] = differences(theirs_here, theirs_best)
         comparisons.append(row)
         print(
             f"float32 bs={args.batch_size} vs harness bs={bs}{' (its fastest)' if bs == best else ''}: "

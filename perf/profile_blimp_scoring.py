@@ -19,16 +19,10 @@ from pathlib import Path
 
 import torch
 from bench_blimp_vs_harness import DEFAULT_DATA, first_pairs  # this folder: the benchmark's pairs
+from scoring_positions import packed_batches  # this folder: the engine's batches
 
 from wneurons.lm.models import load_model
-from wneurons.lm.scoring import (
-    PREFIX_TREE_ROW,
-    attention_bias,
-    lexicographic_order,
-    pack_prefix_tree,
-    query_logprobs,
-    tokenize,
-)
+from wneurons.lm.scoring import PREFIX_TREE_ROW, attention_bias, query_logprobs, tokenize
 
 
 def best_of(repeats: int, fn) -> float:
@@ -63,21 +57,17 @@ def main() -> None:
     times = {"tokenize": best_of(args.repeats, lambda: tokenize(tokenizer, texts, "harness"))}
     flat, offsets, _ = tokenize(tokenizer, texts, "harness")
 
-    def packed_batches():
-        order = lexicographic_order(flat, offsets)
-        return [
-            pack_prefix_tree(flat, offsets[rows], offsets[rows + 1] - offsets[rows], args.row_width)
-            for rows in (order[lo : lo + args.batch_size] for lo in range(0, len(order), args.batch_size))
-        ]
+    def packed():
+        return packed_batches(flat, offsets, args.batch_size, args.row_width)
 
-    times["sort + pack"] = best_of(args.repeats, packed_batches)
-    batches = packed_batches()
+    times["sort + pack"] = best_of(args.repeats, packed)
+    batches = packed()
     times["attention masks"] = best_of(args.repeats, lambda: [attention_bias(b.allowed, dtype, "cpu") for b in batches])
     inputs = [
         (torch.from_numpy(b.ids), torch.from_numpy(b.positions), attention_bias(b.allowed, dtype, "cpu"))
         for b in batches
     ]
-    nodes = sum(int(b.allowed.any(axis=2).sum()) for b in batches)
+    nodes = sum(b.nodes for b in batches)
     fed = sum(b.ids.size for b in batches)
     whole = int((offsets[1:] - offsets[:-1] - 1).sum())
 

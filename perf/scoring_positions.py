@@ -17,20 +17,21 @@ from pathlib import Path
 
 import numpy as np
 
-from wneurons.lm.scoring import PREFIX_TREE_ROW, lexicographic_order, pack_prefix_tree, tokenize
+from wneurons.lm.scoring import PREFIX_TREE_ROW, PrefixTreeBatch, lexicographic_order, pack_prefix_tree, tokenize
+
+
+def packed_batches(flat: np.ndarray, offsets: np.ndarray, batch_size: int, row_width: int) -> list[PrefixTreeBatch]:
+    """The prefix-tree rows ``wneurons.lm.scoring.batched_logprob_sums`` feeds for these (distinct) sequences: its
+    lexicographic order, ``batch_size`` sequences a batch, its own packing."""
+    order = lexicographic_order(flat, offsets)
+    batches = (order[lo : lo + batch_size] for lo in range(0, len(order), batch_size))
+    return [pack_prefix_tree(flat, offsets[rows], offsets[rows + 1] - offsets[rows], row_width) for rows in batches]
 
 
 def packed_positions(flat: np.ndarray, offsets: np.ndarray, batch_size: int, row_width: int) -> tuple[int, int]:
-    """``(nodes, fed)``: the positions the engine's prefix-tree rows hold for these (distinct) sequences in batches
-    of ``batch_size``, without and with padding (``wneurons.lm.scoring.batched_logprob_sums``' own packing)."""
-    order = lexicographic_order(flat, offsets)
-    nodes = fed = 0
-    for lo in range(0, len(order), batch_size):
-        rows = order[lo : lo + batch_size]
-        packed = pack_prefix_tree(flat, offsets[rows], offsets[rows + 1] - offsets[rows], row_width)
-        nodes += int(packed.allowed.any(axis=2).sum())
-        fed += packed.ids.size
-    return nodes, fed
+    """``(nodes, fed)``: the positions of :func:`packed_batches`, without and with padding."""
+    batches = packed_batches(flat, offsets, batch_size, row_width)
+    return sum(b.nodes for b in batches), sum(b.ids.size for b in batches)
 
 
 def main() -> None:

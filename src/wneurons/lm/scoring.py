@@ -288,6 +288,11 @@ class PrefixTreeBatch:
     target: np.ndarray  # int64 [n_targets]
     owner: np.ndarray  # int64 [n_targets], index into the packed sequences
 
+    @property
+    def nodes(self) -> int:
+        """Positions that hold a node; the rest of ``ids.size`` is padding (a padding column attends to nothing)."""
+        return int(self.allowed.any(axis=2).sum())
+
 
 def pack_prefix_tree(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, row_width: int) -> PrefixTreeBatch:
     """Pack sequences (``flat[starts[i] : starts[i] + lengths[i]]``, lexicographically sorted) into prefix-tree
