@@ -92,14 +92,15 @@ dryrun: install
 # BLiMP scoring side by side with lm-evaluation-harness (docs/performance.md, issues 14 and 46): the harness from the
 # project's own environment (lm-eval is a dependency: the capability suite), one process per batch size (32, 64,
 # 128; its fastest by the median is the reference), both sides warmed up, then ours and the harness's interleaved
-# 3 times; SmolLM2 as the demo converts it, 6 paradigms x 200 pairs. About 15 minutes on 2 cores; bf16 once on 100
-# pairs per paradigm, since a CPU without bf16 units emulates it.
+# 3 times; SmolLM2 as the demo converts it, 6 paradigms x 200 pairs. Then, untimed, the harness at batch 1 (every
+# sentence alone) and every sentence in float64: how far each side's fp32 log-probs are from exact. About 20 minutes
+# on 2 cores; bf16 once on 100 pairs per paradigm, since a CPU without bf16 units emulates it.
 bench-harness: install
 	$(SNAKEMAKE) $(DEMO) --cores $(CORES) resources/models/smollm2-135m
 	mkdir -p benchmarks
 	OMP_NUM_THREADS=$(CORES) $(BIN)/python perf/bench_blimp_vs_harness.py --model-dir resources/models/smollm2-135m \
 		--harness-python $(abspath $(BIN))/python --threads $(CORES) --n-pairs 200 --repeats 3 \
-		--low-precision-pairs 100 --out benchmarks/blimp_vs_harness.json
+		--harness-untimed-batch-sizes 1 --low-precision-pairs 100 --out benchmarks/blimp_vs_harness.json
 
 # Everything `make demo` writes but the staged models and verified data (resources/models, resources/data), which a
 # next demo reuses: results/, logs/, benchmarks/, the activation shards and the staged capability suites.

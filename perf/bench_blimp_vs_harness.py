@@ -8,8 +8,10 @@ harness at each batch size, ours, ... ``--repeats`` times, so that the machine's
 Both sides are warmed up before they are timed (ours once per process, the harness once per process on a few
 pairs); model loading is excluded on both. Reports, per harness batch size, the ratio of sentences/s (ours ÷
 theirs, per repeat: median, min and max), the harness's fastest batch size by its median, both accuracies, how many
-decisions differ and the largest per-sentence log-prob difference, with a float64 rescoring of the sentences that
-differ most (which side's fp32 rounding a difference comes from); the achieved FLOP/s of our scoring
+decisions differ and the largest per-sentence log-prob difference; the harness against itself at its other batch
+sizes, and at ``--harness-untimed-batch-sizes`` (run once after the timed runs: batch 1 scores every sentence
+alone); every sentence rescored by our engine in float64, and each side's fp32 error against it (median, p90, p99,
+largest: which side's rounding a difference comes from); the achieved FLOP/s of our scoring
 (2 × parameters × positions fed ÷ time) against a plain float32 matmul of this machine, same threads.
 ``--dtypes`` other than float32 are then run once each and compared with our float32 run.
 
@@ -198,19 +200,31 @@ def against_harness(scored: pl.DataFrame, loglik: dict[str, list]) -> dict:
     return differences(mine, theirs)
 
 
-def against_float64(model, tokenizer, scored: pl.DataFrame, loglik: dict[str, list], n: int) -> dict:
-    """The ``n`` sentences whose fp32 log-probs differ most between ours and the harness, scored again one at a
-    time in float64 (``model`` is converted): how far each side's fp32 value is from it. Two fp32 engines that
-    batch differently each err by rounding; this says which one a difference comes from."""
-    mine, theirs, texts = (a.reshape(-1) for a in paired_with_harness(scored, loglik))
-    worst = np.argsort(-np.abs(mine - theirs), kind="stable")[:n]
-    exact, _ = sequence_logprobs(model.double(), tokenizer, texts[worst].tolist(), convention="harness", batch_size=1)
-    return {
-        "sentences": len(worst),
-        "largest_fp32_difference": float(np.abs(mine - theirs)[worst[0]]),
-        "ours_max_error": float(np.abs(mine[worst] - exact).max()),
-        "harness_max_error": float(np.abs(theirs[worst] - exact).max()),
-    }
+def float64_errors(model, tokenizer, texts: np.ndarray, sides: dict[str, np.ndarray], batch_size: int) -> dict:
+    """Every sentence of ``texts`` (``[pairs, 2]``) scored again by our engine in float64 (``model`` is converted),
+    and each side's fp32 error against it (``sides``: name -> ``[pairs, 2]`` log-probs aligned with ``texts``):
+    median, 90th / 99th percentile and largest, in nats. Two fp32 engines that batch differently each err by
+    rounding; this says how far each is from the exact value, over every sentence, not only where they differ."""
+    distinct = list(dict.fromkeys(texts.reshape(-1).tolist()))
+    exact, _ = sequence_logprobs(model.double(), tokenizer, distinct, convention="harness", batch_size=batch_size)
+    lookup = dict(zip(distinct, exact, strict=True))
+    exact = np.vectorize(lookup.__getitem__, otypes=[np.float64])(texts)
+    errors = {}
+    for name, values in sides.items():
+        error = np.abs(values - exact).reshape(-1)
+        errors[name] = {
+            "median": float(np.median(error)),
+            "p90": float(np.quantile(error, 0.9)),
+            "p99": float(np.quantile(error, 0.99)),
+            "max": float(error.max()),
+        }
+    return {"sentences": len(distinct), "errors": errors}
+
+
+def harness_against_itself(scored: pl.DataFrame, logliks: dict[str, dict], bs: str, best: str) -> dict:
+    """The harness at batch ``bs`` against itself at ``best``: what a change of batch shape alone moves in fp32."""
+    theirs_here, theirs_best = (paired_with_harness(scored, logliks[b])[1] for b in (bs, best))
+    return differences(theirs_here, theirs_best)
 
 
 def against_fp32(scored: pl.DataFrame, fp32: pl.DataFrame) -> dict:
@@ -239,10 +253,16 @@ def main() -> None:
     parser.add_argument("--harness-python", default=sys.executable, help="'' skips the harness")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timed runs of each side")
     parser.add_argument(
-        "--float64-sentences", type=int, default=20, help="rescored in float64 where the two sides differ most"
+        "--no-float64", action="store_true", help="skip rescoring every sentence in float64 (each side's fp32 error)"
     )
     parser.add_argument(
-        "--harness-batch-sizes", default="32,64,128", help="comma-separated; its fastest is the reference"
+        "--harness-batch-sizes", default="32,64,128", help="comma-separated, timed; its fastest is the reference"
+    )
+    parser.add_argument(
+        "--harness-untimed-batch-sizes",
+        default="",
+        help="comma-separated; the harness once more at each, after the timed runs, for its log-probs only (what a "
+        "change of its own batch shape moves; batch 1 scores every sentence alone)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads, both sides (default: torch's)")
     parser.add_argument("--out", type=Path, default=None, help="write all numbers here as JSON")
@@ -266,6 +286,7 @@ def main() -> None:
 
     runs, harness_logliks = [], {}
     batch_sizes = args.harness_batch_sizes.split(",") if harness_python else []
+    untimed = [bs for bs in args.harness_untimed_batch_sizes.split(",") if bs] if harness_python else []
     harnesses = [
         Harness(harness_python, args.model_dir, args.data_dir, paradigms, args.n_pairs, bs) for bs in batch_sizes
     ]
@@ -284,6 +305,14 @@ def main() -> None:
     finally:
         for harness in harnesses:
             harness.close()
+    for bs in untimed:  # one at a time, after the timed runs: nothing of theirs runs beside a timed run
+        harness = Harness(harness_python, args.model_dir, args.data_dir, paradigms, args.n_pairs, bs)
+        try:
+            harness.wait_ready()
+            _, harness_logliks[bs] = harness.run()
+        finally:
+            harness.close()
+        print(f"lm-eval  float32 bs={bs:>3}: scored once, untimed, for its log-probs")
     ours = [r for r in runs if r["side"] == "wneurons"]
     median_s = float(np.median([r["wall_s"] for r in ours]))
     positions = positions_fed(tokenizer, pairs, args.batch_size)
@@ -330,12 +359,8 @@ def main() -> None:
             "speedup_cpu_median": float(np.median(cpu_ratios)),
             "accuracy_difference_points": 100 * (ours[0]["accuracy"] - theirs[0]["accuracy"]),
         } | against_harness(fp32, harness_logliks[bs])
-        if bs == best:
-            reference = against_float64(model, tokenizer, fp32, harness_logliks[bs], args.float64_sentences)
-            row["float64_reference"] = reference
-        else:  # the harness against itself: what a change of batch shape alone moves in fp32
-            theirs_here, theirs_best = (paired_with_harness(fp32, harness_logliks[b])[1] for b in (bs, best))
-            row["harness_against_its_fastest"] = differences(theirs_here, theirs_best)
+        if bs != best:
+            row["harness_against_its_fastest"] = harness_against_itself(fp32, harness_logliks, bs, best)
         comparisons.append(row)
         print(
             f"float32 bs={args.batch_size} vs harness bs={bs}{' (its fastest)' if bs == best else ''}: "
@@ -349,13 +374,30 @@ def main() -> None:
                 "  the harness at bs={} against itself at bs={}: {decisions_differ} decisions differ, max |dlogp| "
                 "{max_abs_logprob_difference:.2e}".format(bs, best, **row["harness_against_its_fastest"])
             )
-        if "float64_reference" in row:
-            line = (
-                "  float64 reference, the {sentences} sentences that differ most"
-                " (largest {largest_fp32_difference:.2e}):"
-                " ours off by at most {ours_max_error:.2e} nats, the harness by {harness_max_error:.2e}"
+    untimed_rows = {bs: harness_against_itself(fp32, harness_logliks, bs, best) for bs in untimed}
+    for bs, row in untimed_rows.items():
+        print(
+            "the harness at bs={} (untimed) against itself at bs={}: {decisions_differ} decisions differ, max |dlogp| "
+            "{max_abs_logprob_difference:.2e}".format(bs, best, **row)
+        )
+    reference = None
+    if not args.no_float64:
+        ours_name = f"wneurons float32 bs={args.batch_size}"
+        if best is None:  # no harness: our pairs in our order
+            texts = fp32.select("sentence_good", "sentence_bad").to_numpy()
+            sides = {ours_name: fp32.select("logprob_good", "logprob_bad").to_numpy()}
+        else:  # the harness's pairs, each side aligned with them
+            mine, _, texts = paired_with_harness(fp32, harness_logliks[best])
+            sides = {ours_name: mine}
+            for bs, loglik in harness_logliks.items():
+                sides[f"lm-eval float32 bs={bs}"] = paired_with_harness(fp32, loglik)[1]
+        reference = float64_errors(model, tokenizer, texts, sides, args.batch_size)
+        print(f"each side's fp32 error against float64 (our engine), over all {reference['sentences']} sentences:")
+        for name, error in reference["errors"].items():
+            print(
+                f"  {name:24} median {error['median']:.2e}  p90 {error['p90']:.2e}  p99 {error['p99']:.2e}  "
+                f"max {error['max']:.2e} nats"
             )
-            print(line.format(**row["float64_reference"]))
     del model
 
     for dtype in (d for d in args.dtypes.split(",") if d != "float32"):  # once each, against our float32
@@ -378,6 +420,8 @@ def main() -> None:
             {
                 "runs": runs,
                 "comparisons": comparisons,
+                "harness_untimed": untimed_rows,
+                "float64_reference": reference,
                 "flops": flops,
                 "provenance": provenance(
                     model_dir=args.model_dir,

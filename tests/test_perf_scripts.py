@@ -40,7 +40,8 @@ def test_the_harness_benchmark_runs_interleaved_on_a_tiny_model(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [sys.executable, "perf/bench_blimp_vs_harness.py", "--model-dir", str(tmp_path / "p/model")]
     cmd += ["--data-dir", str(tmp_path / "p/src/blimp"), "--n-pairs", "6", "--batch-size", "4", "--dtypes", "float32"]
-    cmd += ["--harness-batch-sizes", "4,2", "--repeats", "3", "--threads", "1", "--out", str(out)]
+    cmd += ["--harness-batch-sizes", "4,2", "--harness-untimed-batch-sizes", "1", "--repeats", "3", "--threads", "1"]
+    cmd += ["--out", str(out)]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -58,8 +59,18 @@ def test_the_harness_benchmark_runs_interleaved_on_a_tiny_model(tmp_path):
     assert 0 < result["flops"]["fraction_of_matmul"]
     # The harness against itself at its other batch size: what a change of batch shape alone moves.
     assert other["harness_against_its_fastest"]["pairs_compared"] == 12 and "harness_against_its_fastest" not in row
-    reference = row["float64_reference"]  # each side's fp32 error against float64, where the two differ most
-    assert reference["sentences"] == 20 and max(reference["ours_max_error"], reference["harness_max_error"]) < 1e-3
+    # The harness once more at batch 1 (untimed, not among the runs): every sentence alone, against its fastest.
+    assert result["harness_untimed"]["1"]["pairs_compared"] == 12
+    # Every distinct sentence rescored in float64, and each side's fp32 error against it.
+    reference = result["float64_reference"]
+    sys.path.insert(0, str(REPO / "perf"))
+    from bench_blimp_vs_harness import first_pairs
+
+    _, pairs = first_pairs(tmp_path / "p/src/blimp", 6, 6)
+    assert reference["sentences"] == len({*pairs["sentence_good"], *pairs["sentence_bad"]})
+    assert set(reference["errors"]) == {"wneurons float32 bs=4"} | {f"lm-eval float32 bs={bs}" for bs in (4, 2, 1)}
+    for error in reference["errors"].values():
+        assert 0 <= error["median"] <= error["p90"] <= error["p99"] <= error["max"] < 1e-3
     # A harness interpreter that does not exist is an error, before any work.
     missing = subprocess.run([*cmd[:2], "--harness-python", "no/such/python"], cwd=REPO, capture_output=True, text=True)
     assert missing.returncode == 2 and "no such interpreter" in missing.stderr
