@@ -19,8 +19,8 @@ later token is scored, so one batched routine serves all three. Sentences are to
 lexicographically by token ids and scored ``batch_size`` at a time, each batch packed into prefix trees
 (:func:`pack_prefix_tree`): a prefix that several sentences share (minimal pairs, and a benchmark's templated
 sentences, share many) is fed once, with an attention mask that lets every position see exactly its own prefix, so
-each sentence's log-probs are those of scoring it alone, up to float rounding; on BLiMP this feeds ~0.56x the
-positions of whole sentences (docs/performance.md, section 1). Log-softmax is evaluated only at the target ids
+each sentence's log-probs are those of scoring it alone, up to float rounding; on BLiMP this feeds 0.65x the
+positions of whole sentences, padding included (docs/performance.md, section 1). Log-softmax is evaluated only at the target ids
 (``logit[target] - logsumexp(logits)`` in float32), never as a full float64 copy of the logits.
 Every summary records the convention and whether a BOS was actually prepended (``bos_prepended``, with the count
 ``n_bos_prepended`` of scored sequences that got one, in case a tokenizer decides per text).
@@ -51,7 +51,8 @@ PAIR_REDUCTION = {"blimp": "sum", "tse": "mean"}
 # Rows of logits turned into float32 at a time: bounds the temporary copy (~256 MiB for a 64k vocabulary).
 _LOGIT_ELEMENTS_PER_CHUNK = 1 << 26
 # Nodes per prefix-tree row (:func:`pack_prefix_tree`): longer rows share more prefixes but attend over more
-# columns; on BLiMP (SmolLM2 tokens) rows of 64 feed 0.56x the positions of whole sentences, rows of 256 0.53x.
+# columns; on BLiMP (SmolLM2 tokens, batches of 64) rows of 64 feed 0.65x the positions of whole sentences, rows of
+# 256 0.58x, padding included (python perf/scoring_positions.py --row-width N).
 PREFIX_TREE_ROW = 64
 # Seconds between progress lines in the log.
 _LOG_INTERVAL_S = 30.0
