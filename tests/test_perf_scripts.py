@@ -76,9 +76,10 @@ def test_the_harness_benchmark_runs_interleaved_on_a_tiny_model(tmp_path):
     assert missing.returncode == 2 and "no such interpreter" in missing.stderr
 
 
-def test_the_scoring_profile_runs_on_a_tiny_model(tmp_path):
+def test_the_scoring_profile_and_the_error_trace_run_on_a_tiny_model(tmp_path):
     """perf/profile_blimp_scoring.py times each part of the engine's batches; on the tiny model it names every part
-    and counts the positions and padding of the prefix-tree rows the engine would run."""
+    and counts the positions and padding of the prefix-tree rows the engine would run. perf/fp32_error_trace.py
+    gives a sentence's fp32 error per scored token and every layer's hidden-state error at the worst one."""
     sys.path.insert(0, str(REPO / "tests" / "workflow"))
     from tiny_project import make_tiny_project
 
@@ -90,3 +91,10 @@ def test_the_scoring_profile_runs_on_a_tiny_model(tmp_path):
     for part in (*parts, "gather + logsumexp", "of which padding", "GFLOP/s"):
         assert part in out, out
     assert "12 sentences, 3 batches of 4 in" in out, out  # 12 distinct sentences: each scored once
+    model = tmp_path / "p/model"
+    cmd = [sys.executable, "perf/fp32_error_trace.py", "--model-dir", str(model), "--threads", "1", "the cat sleeps ."]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=True).stdout
+    layers = json.loads((model / "config.json").read_text())["num_hidden_layers"]
+    per_layer = [line.split() for line in out.splitlines() if line.startswith("    ")]
+    assert [int(row[0]) for row in per_layer] == list(range(layers + 1)), out  # the embeddings, then every layer
+    assert all(float(row[1]) >= 0 for row in per_layer) and "fp32 error" in out, out

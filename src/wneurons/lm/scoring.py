@@ -20,8 +20,8 @@ lexicographically by token ids and scored ``batch_size`` at a time, each batch p
 (:func:`pack_prefix_tree`): a prefix that several sentences share (minimal pairs, and a benchmark's templated
 sentences, share many) is fed once, with an attention mask that lets every position see exactly its own prefix, so
 each sentence's log-probs are those of scoring it alone, up to float rounding; on BLiMP this feeds 0.65x the
-positions of whole sentences, padding included (docs/performance.md, section 1). Log-softmax is evaluated only at the target ids
-(``logit[target] - logsumexp(logits)`` in float32), never as a full float64 copy of the logits.
+positions of whole sentences, padding included (docs/performance.md, section 1). Log-softmax is evaluated only at
+the target ids (``logit[target] - logsumexp(logits)`` in float32), never as a full float64 copy of the logits.
 Every summary records the convention and whether a BOS was actually prepended (``bos_prepended``, with the count
 ``n_bos_prepended`` of scored sequences that got one, in case a tokenizer decides per text).
 """
@@ -377,7 +377,8 @@ def batched_logprob_sums(
     Sequences are scored ``batch_size`` at a time in lexicographic order, each batch packed into prefix-tree rows
     (:func:`pack_prefix_tree`): a prefix that several sequences share is fed once, its hidden states those of each
     sequence scored alone up to float rounding (which, like any change of batch shape, moves a sentence's fp32
-    log-prob by up to ~1e-3 nats on SmolLM2: docs/performance.md, section 1). A CUDA out-of-memory error halves the
+    log-prob by up to ~2e-3 nats on SmolLM2, lm-evaluation-harness's own batch sizes too: docs/performance.md,
+    section 1). A CUDA out-of-memory error halves the
     batch and retries it (:func:`run_in_batches`).
     """
     if batch_size < 1:
