@@ -63,3 +63,43 @@ def test_job_stats_reads_the_first_table_and_nothing_to_do_is_empty():
     out += "all               1\ntotal             4\n\nReasons:\n"
     assert progress.job_stats(out + out) == {"score_clean": 3, "all": 1}
     assert progress.job_stats("Building DAG of jobs...\nNothing to be done (all requested files are present).") == {}
+
+
+def test_status_shows_only_this_configs_run_when_two_share_a_working_directory(tmp_path):
+    """Two configs in one working directory (results/ and results-b/): each one's status counts the locks,
+    incomplete markers and allocation ledgers that name its own files, and says when only the other's run holds
+    the directory."""
+    import base64
+    import os
+    import time
+
+    from wneurons.experiment.paths import Roots
+    from wneurons.jobs import ledger
+
+    smk = tmp_path / ".snakemake"
+    (smk / "locks").mkdir(parents=True)
+    (smk / "locks/0.output.lock").write_text("results-b/m/main/clean/blimp.json\nresources/models/m/config.json\n")
+    (smk / "incomplete").mkdir()
+    for path in ("results-b/m/main/clean/tse.json", "results/m/main/clean/blimp.json"):
+        (smk / "incomplete" / base64.urlsafe_b64encode(path.encode()).decode()).write_text("")
+    for run, output in (("run-a", "results/m/main/wd.parquet"), ("run-b", "results-b/m/main/wd.parquet")):
+        ledger.write_manifest(tmp_path / ledger.ROOT / run / "g1.json", [("wd", [output], [])])
+        os.utime(tmp_path / ledger.ROOT / run, (time.time() + (run == "run-b"), time.time() + (run == "run-b")))
+    a = progress.status_lines({"wd": 1}, {"wd": 1}, tmp_path, Roots("results"))
+    b = progress.status_lines({"wd": 1}, {"wd": 1}, tmp_path, Roots("results-b"))
+    assert (
+        "running: none; 1 outputs left incomplete by a stopped run (rerun: they redo); a run of another config "
+        "holds this directory"
+        in a
+        and "  results/m/main/clean/blimp.json" in a
+    )
+    assert not any("results-b/" in line for line in a), a
+    assert any(line.startswith("SLURM allocations of run run-a:") for line in a), a  # not the newer run-b
+    assert f"running: a Snakemake run of this config holds {tmp_path}; 1 outputs being written" in b
+    assert "  results-b/m/main/clean/tse.json" in b and any(
+        line.startswith("SLURM allocations of run run-b:") for line in b
+    )
+    # Without the other run's lock, config a's line says nobody holds the directory.
+    (smk / "locks/0.output.lock").unlink()
+    (smk / "incomplete" / base64.urlsafe_b64encode(b"results/m/main/clean/blimp.json").decode()).unlink()
+    assert "running: none (no Snakemake run holds this directory)" in progress.status_lines({}, {}, tmp_path, Roots())

@@ -194,7 +194,7 @@ def test_status_counts_done_and_left_as_snakemake_and_list_counts_the_same_scori
         total["score_ablation"],
         total["matched_search"],
     )
-    lines = progress.status_lines(total, left, root)
+    lines = progress.status_lines(total, left, root, paths.Roots.of(config))
     done = sum(total.values()) - sum(left.values())
     assert lines[0] == f"{done} of {sum(total.values())} jobs done, {sum(left.values())} left"
     assert "running: none (no Snakemake run holds this directory)" in lines

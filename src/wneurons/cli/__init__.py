@@ -286,7 +286,7 @@ def status(args: argparse.Namespace, root: Path) -> list[str]:
         left = run_status.dry_run(cmd, root, force_all=False)
     except subprocess.CalledProcessError as err:
         raise _snakemake_failure(err) from None
-    return run_status.status_lines(total, left, workdir)
+    return run_status.status_lines(total, left, workdir, paths.Roots.of(load_yaml_strict(config)))
 
 
 def run_summary(args: argparse.Namespace, root: Path) -> list[str]:

@@ -1,7 +1,9 @@
 """``wneurons status``: how far a config's run is. Done and left per rule from two Snakemake dry runs (every job of
-the DAG with ``-F``; the jobs still to run without), running from Snakemake's own markers (its locks: a run holds
-the directory; its incomplete markers: outputs being written, or left by a killed job), and for SLURM the ledgers of
-the ``wneurons-slurm`` allocations (:mod:`wneurons.jobs.ledger`) of the newest run."""
+the DAG with ``-F``; the jobs still to run without), running from Snakemake's own markers (its locks: the outputs a
+run holds; its incomplete markers: outputs being written, or left by a killed job), and for SLURM the ledgers of
+the ``wneurons-slurm`` allocations (:mod:`wneurons.jobs.ledger`) of the newest run. Several configs can run in one
+working directory (a results_dir each): markers, locks and ledgers count for a config only where they name files
+under its own roots (:func:`own_prefixes`), so one config's status does not show another's run."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from wneurons.experiment.paths import Roots
 from wneurons.jobs import ledger
 
 SNAKEMAKE_DIR = Path(".snakemake")
@@ -48,58 +51,87 @@ def _decoded(path: Path, base: Path) -> str:
     return base64.urlsafe_b64decode("".join(parts)).decode()
 
 
-def snakemake_activity(workdir: Path) -> tuple[bool, list[str]]:
-    """Whether a Snakemake run holds ``workdir`` now (its lock files), and the outputs marked incomplete (being
-    written by a running job while it does; else left by a killed one, rerun by ``--rerun-incomplete``)."""
+def own_prefixes(roots: Roots) -> tuple[str, ...]:
+    """The folders (with a trailing ``/``) that hold the files a config's run writes, the shared resources aside:
+    its results (with its logs and benchmark tables) and its two activation roots."""
+    folders = (roots.results, roots.logs, roots.benchmarks, roots.activations, roots.kept_activations)
+    return tuple(dict.fromkeys(os.path.normpath(f).rstrip("/") + "/" for f in folders))
+
+
+def is_own(path: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether ``path`` (as Snakemake writes it: relative to the working directory) lies under one of ``prefixes``."""
+    return os.path.normpath(path).startswith(prefixes)
+
+
+def snakemake_activity(workdir: Path, prefixes: tuple[str, ...]) -> tuple[str, list[str]]:
+    """Who holds ``workdir`` now, by Snakemake's output locks: "this" (a run whose outputs lie under ``prefixes``),
+    "other" (only runs of other configs), or "none"; and this config's outputs marked incomplete (being written
+    by a running job while it runs; else left by a killed one, rerun by ``--rerun-incomplete``)."""
     locks = workdir / SNAKEMAKE_DIR / "locks"
-    active = locks.is_dir() and any(locks.glob("*.lock"))
+    holders = "none"
+    for lock in sorted(locks.glob("*.output.lock")) if locks.is_dir() else []:
+        with contextlib.suppress(OSError):  # a lock the run removes while we read it
+            if any(is_own(line, prefixes) for line in lock.read_text().splitlines() if line):
+                holders = "this"
+                break
+            holders = "other"
     base = workdir / SNAKEMAKE_DIR / "incomplete"
     markers = [p for p in base.rglob("*") if p.is_file() and p.name != "migration_underway"] if base.is_dir() else []
     outputs = []
     for marker in markers:
         with contextlib.suppress(ValueError, UnicodeDecodeError):
             outputs.append(_decoded(marker, base))
-    return active, sorted(outputs)
+    return holders, sorted(path for path in outputs if is_own(path, prefixes))
 
 
-def allocation_ledgers(workdir: Path) -> tuple[str, list[tuple[str, int, int]]] | None:
-    """The newest run's SLURM allocations (``.snakemake/wneurons-allocations/<run id>``): its id and, per allocation
-    (group), its members and how many of them finished (a ledger record and their outputs present); None if no
-    run wrote any."""
+def allocation_ledgers(workdir: Path, prefixes: tuple[str, ...]) -> tuple[str, list[tuple[str, int, int]]] | None:
+    """The SLURM allocations (``.snakemake/wneurons-allocations/<run id>``) of this config's newest run, the newest
+    with a member whose outputs lie under ``prefixes``: its id and, per allocation (group), its members and how many
+    of them finished (a ledger record and their outputs present); None if no run of it wrote any."""
     root = workdir / ledger.ROOT
     runs = [d for d in root.iterdir() if d.is_dir()] if root.is_dir() else []
-    if not runs:
-        return None
-    newest = max(runs, key=lambda d: d.stat().st_mtime)
-    groups = []
     with contextlib.chdir(workdir):  # the manifests name outputs relative to the working directory
-        for manifest in sorted((ledger.ROOT / newest.name).glob("*.json")):
-            members = ledger.read_manifest(manifest)
-            done = sum(ledger.finished(outputs, manifest, tmp) for _, outputs, tmp in members)
-            groups.append((manifest.stem, len(members), done))
-    return newest.name, groups
+        for run in sorted(runs, key=lambda d: d.stat().st_mtime, reverse=True):
+            groups, own = [], False
+            for manifest in sorted((ledger.ROOT / run.name).glob("*.json")):
+                members = ledger.read_manifest(manifest)
+                own = own or any(is_own(str(path), prefixes) for _, outputs, _ in members for path in outputs)
+                done = sum(ledger.finished(outputs, manifest, tmp) for _, outputs, tmp in members)
+                groups.append((manifest.stem, len(members), done))
+            if own:
+                return run.name, groups
+    return None
 
 
-def status_lines(total: dict[str, int], left: dict[str, int], workdir: Path, shown: int = 5) -> list[str]:
-    """The report: done / left per rule (rules with every job done last), running jobs' outputs, allocations."""
+def status_lines(total: dict[str, int], left: dict[str, int], workdir: Path, roots: Roots, shown: int = 5) -> list[str]:
+    """The report: done / left per rule (rules with every job done last), running jobs' outputs, allocations: of
+    the config whose files lie under ``roots``."""
     done = {rule: n - left.get(rule, 0) for rule, n in total.items()}
     n_total, n_left = sum(total.values()), sum(left.values())
-    active, incomplete = snakemake_activity(workdir)
+    prefixes = own_prefixes(roots)
+    holders, incomplete = snakemake_activity(workdir, prefixes)
     lines = [f"{n_total - n_left} of {n_total} jobs done, {n_left} left"]
     width = max((len(rule) for rule in total), default=4)
     lines.append(f"  {'rule':<{width}}  {'done':>6}  {'left':>6}")
     order = sorted(total, key=lambda rule: (left.get(rule, 0) == 0, list(total).index(rule)))
     lines += [f"  {rule:<{width}}  {done[rule]:>6}  {left.get(rule, 0):>6}" for rule in order]
-    if active:
-        lines.append(f"running: a Snakemake run holds {workdir}; {len(incomplete)} outputs being written")
+    other = "; a run of another config holds this directory" if holders == "other" else ""
+    if holders == "this":
+        lines.append(
+            f"running: a Snakemake run of this config holds {workdir}; {len(incomplete)} outputs being written"
+        )
     elif incomplete:
-        lines.append(f"running: none; {len(incomplete)} outputs left incomplete by a stopped run (rerun: they redo)")
+        lines.append(
+            f"running: none; {len(incomplete)} outputs left incomplete by a stopped run (rerun: they redo){other}"
+        )
+    elif other:
+        lines.append(f"running: none of this config{other}")
     else:
         lines.append("running: none (no Snakemake run holds this directory)")
     lines += [f"  {path}" for path in incomplete[:shown]]
     if len(incomplete) > shown:
         lines.append(f"  ... and {len(incomplete) - shown} more")
-    allocations = allocation_ledgers(workdir)
+    allocations = allocation_ledgers(workdir, prefixes)
     if allocations is not None:
         run_id, groups = allocations
         members, finished = sum(g[1] for g in groups), sum(g[2] for g in groups)
