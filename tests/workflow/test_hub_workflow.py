@@ -189,7 +189,9 @@ def hub_run(request, revisions, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"hub-run-{request.param}")
     make_tiny_project(root)
     evaluation = tiny_config(root)["evaluation"] | ({"capability": capability_suite(root, 3)} if slurm else {})
-    hub_config(root, {MODEL: pythia_entry()}, evaluation=evaluation)
+    # Under SLURM the checkpoints are also ablated, with the final revision's neurons (its cohort): the checkpoint grid
+    # a final revision's failing member could hold back.
+    hub_config(root, {MODEL: pythia_entry() | ({"checkpoint_ablations": True} if slurm else {})}, evaluation=evaluation)
     capability = [paths.aggregate(MODEL, FINAL, CAPABILITY)] if slurm else []
     with pytest.MonkeyPatch.context() as mp, HubServer() as srv, pointed_at(srv, mp, root / "hf-home"):
         for branch, directory in revisions.items():
@@ -255,8 +257,8 @@ def test_the_jobs_ran_with_no_route_to_the_hub_and_record_the_commit(hub_run):
 def test_a_failing_capability_member_leaves_the_ablations_and_the_checkpoint_grid_running(hub_run):
     """Under SLURM every capability job of the final revision fails (the fixture breaks the staged suite) and the
     run goes on (--keep-going, profiles/slurm): the revision's ablations, its statistics and the checkpoint grid they
-    feed (the other revisions' scores under the final revision's neurons, the training dynamics) are all produced;
-    what is left to run is exactly the capability jobs and their aggregate, and Snakemake names the failed job."""
+    feed (the other revisions' ablations with the final revision's neurons, the training dynamics) are all produced;
+    what is left to run is exactly the capability jobs and their aggregate, and Snakemake names the failed jobs."""
     if not hub_run["capability"]:
         pytest.skip("a local run ignores groups: the capability fault is injected into the SLURM run only")
     root, run = hub_run["root"], hub_run["run"]
@@ -265,6 +267,8 @@ def test_a_failing_capability_member_leaves_the_ablations_and_the_checkpoint_gri
     capability = {job for job in hub_run["planned"] if f"benchmark={CAPABILITY}" in job[1]}
     assert {rule for rule, _ in capability} == {"score_clean", "score_ablation", "aggregate_scores"}, capability
     assert all((root / target).stat().st_size > 0 for target in run_targets())
+    cohort = {job for job in hub_run["planned"] if job[0] == "score_ablation" and f"revision={FINAL}" not in job[1]}
+    assert cohort, "no checkpoint is ablated: the checkpoint grid is not under test"
     left = planned_jobs(snakemake(root, "-n", *run_targets(), *hub_run["capability"]).stdout)
     assert left == capability, left ^ capability
     # Snakemake's errors name the capability jobs and no other (each attempt's), and a job's log the broken file.
