@@ -56,7 +56,7 @@ report: install
 # partition's MaxTime 30 minutes and SLURM's default EnforcePartLimits=NO, both restored after.
 demo-slurm: install
 	SLURM_DEMO_OWN_CLUSTER=0 SLURM_DEMO_SITE_FILE=0 SLURM_DEMO_MAXTIME=30 SLURM_DEMO_ENFORCE=NO \
-		SLURM_DEMO_TIMEOUT=1200 bash .ci/slurm/run-demo.sh
+		SLURM_DEMO_TIMEOUT=1800 bash .ci/slurm/run-demo.sh
 
 # A real headless browser for the explorer's test (tests/test_explorer.py): Debian's Chromium and its driver.
 # Playwright's own browser download cannot work offline, so the test drives this one through Selenium.
