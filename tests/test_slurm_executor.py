@@ -203,19 +203,25 @@ def test_a_timed_out_allocation_asks_the_walltime_its_ledger_measured(monkeypatc
     assert f"sbatch -t {executor.MIN_WALLTIME} --parsable" in no_time(other)
 
 
-def test_timeouts_grow_the_walltime_from_progress_and_stop_after_two_without_any(monkeypatch):
+def timing_out(monkeypatch, runtimes: list[int], finished: int, asked: int = 15):
+    """An executor whose allocation of members planned at ``runtimes`` minutes asked ``asked`` and finished its
+    first ``finished`` members before its TIMEOUT; the executor and the members."""
     ex = bare_executor(monkeypatch)
     ex._left_at_submit, ex._idle_timeouts = {}, {}
-    members = [type("Member", (), {"resources": {"runtime": r}})() for r in (10, 10, 20)]
+    members = [type("Member", (), {"resources": {"runtime": r}})() for r in runtimes]
     monkeypatch.setattr(executor, "members_of", lambda job: members)
     monkeypatch.setattr(executor, "member_entry", lambda m: ("t", [], []))
     monkeypatch.setattr(executor, "wait_until_gone", lambda jobid: True)
     monkeypatch.setattr(executor, "remove_outputs", lambda *a: [])
     monkeypatch.setattr(executor.slurm_site, "MAX_RUNTIME", 240)
-    monkeypatch.setattr(ex, "asked", lambda job: (15, 2000), raising=False)
+    monkeypatch.setattr(ex, "asked", lambda job: (asked, 2000), raising=False)
     monkeypatch.setattr(executor, "WALLTIME", {})
-    left = [members[1:]]
-    monkeypatch.setattr(executor, "unfinished_members", lambda job, manifest: left[-1])
+    monkeypatch.setattr(executor, "unfinished_members", lambda job, manifest: members[finished:])
+    return ex, members
+
+
+def test_timeouts_grow_the_walltime_from_progress_and_stop_after_two_without_any(monkeypatch):
+    ex, members = timing_out(monkeypatch, [10, 10, 20], finished=1)
     ex.timed_out(_Info("5"))  # 15 min finished 10 planned minutes: 30 planned left -> 30 * 1.5 * 1.25 = 57
     assert executor.WALLTIME[_Job.jobid] == 57 and ex.calls[-1] == ("run_job", 7)
     ex._left_at_submit[_Job.jobid] = members[1:]
@@ -223,6 +229,18 @@ def test_timeouts_grow_the_walltime_from_progress_and_stop_after_two_without_any
     assert executor.WALLTIME[_Job.jobid] == 114 and ex.calls[-1] == ("run_job", 7)
     ex.timed_out(_Info("7"))  # ... and a second attempt without progress stops, naming the keys
     assert ex._for_good == {7} and "`tflops`" in ex.calls[-1][1] and "timed out twice" in ex.calls[-1][1]
+
+
+def test_members_planned_at_seconds_are_grown_at_the_attempts_pace_per_member(monkeypatch):
+    """The demo on the CI cluster's CPUs at the stated GPU rates: the first member carries the allocation's whole
+    minutes (its load; allocations.spread), the 37 others ask 0. An attempt of 3 minutes finished 2 members: the 36
+    left count 3 / 2 minutes each (x 1.25), where planned minutes alone asked 1 minute, less than the attempt that ran
+    out of time (seen on the CI cluster: 3 -> 1 min, then 2 -> 1)."""
+    ex, _ = timing_out(monkeypatch, [3] + [0] * 37, finished=2, asked=3)
+    ex.timed_out(_Info("5"))
+    assert executor.WALLTIME[_Job.jobid] == math.ceil(36 * 3 / 2 * 1.25)
+    # Members with planned minutes keep being scaled by them; those of 0 minutes add the per-member pace.
+    assert executor.left_minutes([20, 0], asked=15, planned_done=10, finished=1) == 20 * 15 / 10 + 15
 
 
 def test_site_events_reach_the_plugin_as_running_and_the_executor_first():

@@ -23,6 +23,13 @@
 #   SLURM_DEMO_MIN_CONCURRENT  allocations that must have run at the same time                       (default 2)
 #   SLURM_DEMO_OWN_CLUSTER     1: start the cluster (up.sh) and stop it on exit (down.sh); 0: use a running one
 #                              and leave it up                                                        (default 1)
+#   SLURM_DEMO_SITE_FILE       0: no site file (a --config that replaces profiles/slurm-ci's `config` list, so the
+#                              planner plans at its default rates within the limits it reads from SLURM,
+#                              site_limits=slurm); 1: profiles/slurm-ci's site.yaml                    (default 1)
+#   SLURM_DEMO_MAXTIME         the partition's MaxTime (minutes) during the run             (default: as up.sh set it)
+#   SLURM_DEMO_ENFORCE         slurm.conf's EnforcePartLimits during the run (NO: SLURM's default, under which a
+#                              request over MaxTime stays PENDING)                         (default: as up.sh set it)
+#                              Both are restored on exit (scontrol reconfigure reads slurm.conf's partitions again).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -34,6 +41,9 @@ TIMEOUT=${SLURM_DEMO_TIMEOUT:-3600}
 REFERENCE=${SLURM_DEMO_REFERENCE:-$WORKDIR/.snakemake/ci-local-run}
 MIN_CONCURRENT=${SLURM_DEMO_MIN_CONCURRENT:-2}
 OWN_CLUSTER=${SLURM_DEMO_OWN_CLUSTER:-1}
+SITE_ARGS=()
+# Last on the command line: --config takes every value after it.
+[ "${SLURM_DEMO_SITE_FILE:-1}" = 1 ] || SITE_ARGS=(--config site_limits=slurm)
 PYTHON=$REPO/.venv/bin/python
 # The CI cluster's GPUs are stand-ins (/dev/null): its GPU jobs run on the CPU on purpose. sbatch --export=ALL carries
 # this into every allocation; without it a job given a GPU that cannot use CUDA fails at once (wneurons.lm.models).
@@ -64,12 +74,31 @@ SLURM_LOG=$WORKDIR/.snakemake/ci-slurm-run.log
 QUEUE_LOG=$WORKDIR/.snakemake/ci-slurm-squeue.log
 POLLER=""
 # `if`, not `&&`: under set -e a false test as the trap's last command would become the script's exit status.
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
+CONF=$BASE/etc/slurm.conf
+SAVED_CONF=""
 cleanup() {
   if [ -n "$POLLER" ]; then kill "$POLLER" 2>/dev/null || true; fi
+  if [ -n "$SAVED_CONF" ]; then
+    cp "$SAVED_CONF" "$CONF" && rm -f "$SAVED_CONF" && timeout 60 scontrol reconfigure || log "could not restore $CONF"
+  fi
   if [ "$OWN_CLUSTER" = 1 ]; then bash "$HERE/down.sh"; fi
 }
 trap cleanup EXIT
 if [ "$OWN_CLUSTER" = 1 ]; then bash "$HERE/up.sh"; fi
+if [ -n "${SLURM_DEMO_MAXTIME:-}${SLURM_DEMO_ENFORCE:-}" ]; then
+  SAVED_CONF=$(mktemp)
+  cp "$CONF" "$SAVED_CONF"
+  if [ -n "${SLURM_DEMO_ENFORCE:-}" ]; then
+    sed -i "s/^EnforcePartLimits=.*/EnforcePartLimits=$SLURM_DEMO_ENFORCE/" "$CONF"
+  fi
+  timeout 60 scontrol reconfigure
+  if [ -n "${SLURM_DEMO_MAXTIME:-}" ]; then
+    timeout 60 scontrol update "PartitionName=$PARTITION" "MaxTime=$SLURM_DEMO_MAXTIME"
+  fi
+  log "cluster for this run: $(scontrol show partition "$PARTITION" | grep -o 'MaxTime=[^ ]*'), $(grep '^EnforcePartLimits=' "$CONF")"
+fi
 : >"$QUEUE_LOG"
 # One line per job and poll: poll time, id, name, state, gpu request, comment.
 (while sleep 2; do
@@ -85,7 +114,7 @@ start=$SECONDS
 rc=0
 timeout -s KILL "$TIMEOUT" "$REPO/.venv/bin/snakemake" -s "$REPO/Snakefile" -d "$WORKDIR" \
   --profile profiles/slurm --profile profiles/slurm-ci --configfile "$CONFIG" \
-  --verbose "${TARGETS[@]}" </dev/null >"$SLURM_LOG" 2>&1 || rc=$?
+  --verbose "${TARGETS[@]}" "${SITE_ARGS[@]}" </dev/null >"$SLURM_LOG" 2>&1 || rc=$?
 wall=$((SECONDS - start))
 grep -E '^(Finished jobid|Error in rule|.*steps \([0-9]+%\) done)' "$SLURM_LOG" | tail -n 5 >&2 || true
 [ "$rc" = 0 ] || { tail -n 60 "$SLURM_LOG" >&2; die "snakemake failed (rc $rc after ${wall}s); log: $SLURM_LOG"; }
@@ -101,14 +130,15 @@ snakemake_log, queue_log, min_concurrent, *gpu_rules = sys.argv[1:]
 text = open(snakemake_log).read()
 run_id = re.search(r"SLURM run ID: (\S+)", text).group(1)  # the plugin's job name for this run's jobs
 calls = [line for line in text.splitlines() if "sbatch call:" in line]
-# A job's comment is rule_<rule>[_wildcards_...]; a group job's (profiles/slurm `groups`) is rule_gpu-<model>-<rev>,
-# and it holds GPU rules' jobs only.
-rule_of = re.compile(r"rule_([A-Za-z0-9_-]+?)(?:_wildcards_|['\" ]|$)")
+# A job's comment is rule_<rule>[_wildcards_...]; a group job's (profiles/slurm `groups`) is
+# rule_gpu-<model>-<rev>-<allocation>_<its members' rules>, a long list shortened to end in "...". An allocation of
+# members that run no model (weight rows, statistics parts) asks no GPU.
+rule_of = re.compile(r"rule_([A-Za-z0-9_-]+?)(?:_wildcards_|['\" .]|$)")
 problems, submitted = [], {}
 
 
 def wants_gpu(rule):
-    return rule in gpu_rules or rule.startswith("gpu-")
+    return rule in gpu_rules or rule.startswith("gpu-") and any(r in rule for r in gpu_rules)
 
 
 for call in calls:

@@ -167,6 +167,17 @@ def wait_until_gone(jobid: str, timeout: float = GONE_TIMEOUT_S, poll: float = 1
         time.sleep(poll)
 
 
+def left_minutes(runtimes: list[int], asked: int, planned_done: int, finished: int) -> float:
+    """Minutes the unfinished members of a timed-out allocation need at the pace its attempt measured: a member's
+    planned minutes (``runtimes``) x the attempt's walltime ``asked`` over the planned minutes of the ``finished``
+    members it ran (``planned_done``). A member planned at seconds asks 0 whole minutes (allocations.spread puts the
+    rounding and the load on the first), which carries no estimate: it counts as the attempt's walltime over its
+    finished members. (Scaled by planned minutes alone, such members asked less than the attempt that ran out of
+    time: on a CPU cluster at the stated GPU rates, 3 -> 1 min, then 2 -> 1, never converging.)"""
+    per_minute, per_member = asked / max(planned_done, 1), asked / finished
+    return sum(r * per_minute if r > 0 else per_member for r in runtimes)
+
+
 # Set in a submitted job's aux once it was reported finished or failed (check_active_jobs keeps the others).
 REPORTED = "wneurons_reported"
 # Minutes an allocation whose members ask 0 minutes asks (imports and the model's load; a TIMEOUT grows it).
@@ -419,8 +430,10 @@ class Executor(SlurmExecutor):
     def timed_out(self, job_info) -> None:
         """The allocation hit its walltime: its estimate was too short. It is resubmitted without spending a retry,
         asking for its unfinished members' planned minutes scaled by what this attempt measured (its walltime over
-        the planned minutes of the members it finished, x 1.25), at most the site's limit; an attempt that finished
-        nothing doubles the walltime, and a second one stops in one line naming the estimate's keys."""
+        the planned minutes of the members it finished, x 1.25), at most the site's limit; an unfinished member that
+        asks 0 whole minutes counts as this attempt's walltime over the members it finished (:func:`left_minutes`).
+        An attempt that finished nothing doubles the walltime, and a second one stops in one line naming the
+        estimate's keys."""
         job, jobid = job_info.job, str(job_info.external_jobid)
         left = self.settle(job_info)
         before = self._left_at_submit.get(job.jobid, members_of(job))
@@ -441,7 +454,8 @@ class Executor(SlurmExecutor):
                 return
             new = 2 * asked
         else:
-            new = math.ceil(planned_left * asked / max(planned_done, 1) * 1.25)
+            runtimes = [int(m.resources.get("runtime", 0) or 0) for m in left]
+            new = math.ceil(left_minutes(runtimes, asked, planned_done, len(done)) * 1.25)
         new = max(1, min(new, cap) if cap else new)
         WALLTIME[job.jobid] = new
         entries = [member_entry(m) for m in left]

@@ -18,12 +18,12 @@ import polars as pl
 import pytest
 import torch
 import yaml
-from tiny_project import NOUNS, VERBS, make_tiny_project, snakemake, snakemake_command, write_checksums
+from tiny_project import capability_suite, make_tiny_project, snakemake, snakemake_command
 
 from wneurons.experiment import paths
 from wneurons.experiment.grid import CAPABILITY, Condition
 from wneurons.lm.lmeval import select_items
-from wneurons.store.data import SOURCE_FILE, WIKITEXT_VALID
+from wneurons.store.data import SOURCE_FILE
 from wneurons.store.lmeval_tasks import ITEMS_FILE, WIKITEXT_TASKS
 
 pytest.importorskip("lm_eval")
@@ -36,23 +36,10 @@ TIMEOUT_S = 600
 
 
 def capability_project(root: Path) -> None:
-    """The tiny project with the WikiText-2 capability tasks, LIMIT documents each, over a validation split whose
-    sentences end in words of the tiny vocabulary (the tiny project's own has too few sentence ends for a cloze)."""
+    """The tiny project with the WikiText-2 capability tasks, LIMIT documents each (:func:`capability_suite`)."""
     make_tiny_project(root)
-    lines = [" \n", " = Title = \n", " \n"]
-    for i in range(20):
-        sentences = [f"the {NOUNS[(i + k) % len(NOUNS)]} {VERBS[(i * 3 + k) % len(VERBS)]} ." for k in range(4)]
-        lines.append(" " + " ".join(sentences) + " \n")
-    wikitext = root / "src/wikitext2"
-    (wikitext / WIKITEXT_VALID).write_text("".join(lines))
-    write_checksums(wikitext, root / "checksums/wikitext2.sha256")
     config = yaml.safe_load((root / "config.yaml").read_text())
-    config["evaluation"]["capability"] = {
-        "source": "wikitext2",
-        "tasks": list(WIKITEXT_TASKS),
-        "limits": dict.fromkeys(WIKITEXT_TASKS, LIMIT),
-        "seed": 1,
-    }
+    config["evaluation"]["capability"] = capability_suite(root, LIMIT)
     (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 

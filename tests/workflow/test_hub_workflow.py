@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -19,6 +20,7 @@ from hub_server import HubServer, pointed_at
 from slurm_cluster import PROFILES
 from tiny_project import (
     SCORED_BENCHMARKS,
+    capability_suite,
     make_tiny_project,
     snakemake,
     snakemake_command,
@@ -27,6 +29,8 @@ from tiny_project import (
 )
 
 from wneurons.experiment import paths
+from wneurons.experiment.grid import CAPABILITY
+from wneurons.store.lmeval_tasks import ITEMS_FILE
 from wneurons.store.staged import read_manifest, verify_staged
 
 pytestmark = pytest.mark.slow
@@ -164,15 +168,31 @@ def job_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.strip().startswith(("rule ", "localrule ", "group job "))]
 
 
+def planned_jobs(output: str) -> set[tuple[str, str]]:
+    """(rule, wildcards) of every job a dry run's output lists (a group's members indented under the group)."""
+    parts = re.split(r"^\s*(?:local)?rule (\w+):$", output, flags=re.MULTILINE)
+    wildcards = [re.search(r"^\s+wildcards: (.*)$", body, flags=re.MULTILINE) for body in parts[2::2]]
+    return {(rule, w[1] if w else "") for rule, w in zip(parts[1::2], wildcards, strict=True)}
+
+
 # ---------------------------------------------------------------- stage, then run with the hub stopped
 # The staged run on this machine's local executor, and through profiles/slurm on the localhost cluster (a compute
-# node: every job, allocations included, with no route to the hub).
+# node: every job, allocations included, with no route to the hub). The SLURM run also scores the final revision's
+# capability suite from a staged suite whose items file is broken, so that every capability job fails on every
+# attempt (issue 42: a failing capability member must leave its revision's ablations and the checkpoint grid
+# running; only under SLURM, where the allocations are Snakemake groups: a local run ignores groups, and would pass
+# whatever the packing).
 @pytest.fixture(scope="module", params=["local", pytest.param("slurm", marks=pytest.mark.cluster)])
 def hub_run(request, revisions, tmp_path_factory):
-    profiles = PROFILES if request.param == "slurm" else ()
+    slurm = request.param == "slurm"
+    profiles = PROFILES if slurm else ()
     root = tmp_path_factory.mktemp(f"hub-run-{request.param}")
     make_tiny_project(root)
-    hub_config(root, {MODEL: pythia_entry()})
+    evaluation = tiny_config(root)["evaluation"] | ({"capability": capability_suite(root, 3)} if slurm else {})
+    # Under SLURM the checkpoints are also ablated, with the final revision's neurons (its cohort): the checkpoint grid
+    # a final revision's failing member could hold back.
+    hub_config(root, {MODEL: pythia_entry() | ({"checkpoint_ablations": True} if slurm else {})}, evaluation=evaluation)
+    capability = [paths.aggregate(MODEL, FINAL, CAPABILITY)] if slurm else []
     with pytest.MonkeyPatch.context() as mp, HubServer() as srv, pointed_at(srv, mp, root / "hf-home"):
         for branch, directory in revisions.items():
             srv.add_revision(REPO_ID, branch, directory)
@@ -180,10 +200,16 @@ def hub_run(request, revisions, tmp_path_factory):
         commits = {r: srv.repos[REPO_ID].branches[r] for r in revisions}
         previous = os.umask(UMASK)
         try:
-            staged = snakemake(root, "--cores", "2", "stage_hub_models")
+            tasks = [paths.capability_tasks("wikitext2")] if slurm else []
+            staged = snakemake(root, "--cores", "2", "stage_hub_models", *tasks)
+            planned = set()
+            if slurm:  # a staged file that no longer parses, as a copy cut short by a full disk leaves it
+                (root / paths.capability_tasks("wikitext2") / ITEMS_FILE).write_text('{"context": "the cut\n')
+                planned = planned_jobs(snakemake(root, "-n", *run_targets(), *capability).stdout)
             staging_requests = len(srv.requests)
             srv.stop()  # from here on nothing answers on the hub's ports
-            run = snakemake(root, "--cores", "2", *profiles, *run_targets(), timeout=1500)
+            run = snakemake(root, "--cores", "2", *profiles, *run_targets(), *capability, timeout=1500, check=False)
+            assert run.returncode == 0 or capability, f"{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
         finally:
             os.umask(previous)
         yield {
@@ -193,6 +219,8 @@ def hub_run(request, revisions, tmp_path_factory):
             "run": run,
             "staging_requests": staging_requests,
             "requests": len(srv.requests),
+            "capability": capability,
+            "planned": planned,
         }
 
 
@@ -224,6 +252,31 @@ def test_the_jobs_ran_with_no_route_to_the_hub_and_record_the_commit(hub_run):
     assert integrity["commits"] == commits and integrity["problems"] == [] and integrity["dropped"] == []
     for target in run_targets():
         assert (root / target).stat().st_size > 0
+
+
+def test_a_failing_capability_member_leaves_the_ablations_and_the_checkpoint_grid_running(hub_run):
+    """Under SLURM every capability job of the final revision fails (the fixture breaks the staged suite) and the
+    run goes on (--keep-going, profiles/slurm): the revision's ablations, its statistics and the checkpoint grid they
+    feed (the other revisions' ablations with the final revision's neurons, the training dynamics) are all produced;
+    what is left to run is exactly the capability jobs and their aggregate, and Snakemake names the failed jobs."""
+    if not hub_run["capability"]:
+        pytest.skip("a local run ignores groups: the capability fault is injected into the SLURM run only")
+    root, run = hub_run["root"], hub_run["run"]
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-4000:]
+    capability = {job for job in hub_run["planned"] if f"benchmark={CAPABILITY}" in job[1]}
+    assert {rule for rule, _ in capability} == {"score_clean", "score_ablation", "aggregate_scores"}, capability
+    assert all((root / target).stat().st_size > 0 for target in run_targets())
+    cohort = {job for job in hub_run["planned"] if job[0] == "score_ablation" and f"revision={FINAL}" not in job[1]}
+    assert cohort, "no checkpoint is ablated: the checkpoint grid is not under test"
+    left = planned_jobs(snakemake(root, "-n", *run_targets(), *hub_run["capability"]).stdout)
+    assert left == capability, left ^ capability
+    # Snakemake's errors name the capability jobs and no other (each attempt's), and a job's log the broken file.
+    failed = set(re.findall(r"^\s*Error in rule (\w+):\n(?:\s+\w+: .*\n)*?\s+output: (\S+?),", out, flags=re.MULTILINE))
+    scored = {(rule, w) for rule, w in capability if rule != "aggregate_scores"}
+    assert len(failed) == len(scored) and all(output.endswith(f"/{CAPABILITY}.json") for _, output in failed), failed
+    log = (root / paths.log_file("score_clean", f"{MODEL}/{FINAL}/{CAPABILITY}")).read_text()
+    assert str(root / paths.capability_tasks("wikitext2") / ITEMS_FILE) in log, log[-2000:]
 
 
 def test_checkpoint_weights_are_pruned_once_read_and_the_final_revision_kept(hub_run):

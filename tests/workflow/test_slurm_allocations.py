@@ -14,8 +14,9 @@ These runs are issue 42's site without a site file: the partition's MaxTime 30 m
 `EnforcePartLimits=NO` (set for this module, restored after), under which an allocation over the limit is accepted
 and never starts; no site file, so the planner plans at its default rates within the limit it reads from SLURM
 (`site_limits=slurm`). The runs finish, every allocation asks at most 30 minutes, and the demo's config plans within
-it (`wneurons plan`). (The demo itself is not run here: on the CI cluster's CPUs at the default GPU rates its
-allocations would time out and be grown; the tiny project's jobs take seconds.)
+it (`wneurons plan`). (The demo itself is not run here: `make demo-slurm`, a step of `.ci/run`, runs it through
+SLURM on this site, 12-17 min on the CI machine, its first SmolLM2 allocation timed out once and grown; the tiny
+project's jobs take seconds.)
 """
 
 from __future__ import annotations

@@ -143,6 +143,28 @@ def tiny_config(root: Path) -> dict:
     }
 
 
+def capability_suite(root: Path, limit: int, seed: int = 1) -> dict:
+    """The WikiText-2 capability tasks for the project under ``root``: its validation split rewritten with sentences
+    that end in words of the tiny vocabulary (the tiny project's own has too few sentence ends for a cloze), its
+    checksums with it; returns the config's ``evaluation.capability``, ``limit`` documents a task."""
+    from wneurons.store.data import WIKITEXT_VALID
+    from wneurons.store.lmeval_tasks import WIKITEXT_TASKS
+
+    lines = [" \n", " = Title = \n", " \n"]
+    for i in range(20):
+        sentences = [f"the {NOUNS[(i + k) % len(NOUNS)]} {VERBS[(i * 3 + k) % len(VERBS)]} ." for k in range(4)]
+        lines.append(" " + " ".join(sentences) + " \n")
+    wikitext = root / "src/wikitext2"
+    (wikitext / WIKITEXT_VALID).write_text("".join(lines))
+    write_checksums(wikitext, root / "checksums/wikitext2.sha256")
+    return {
+        "source": "wikitext2",
+        "tasks": list(WIKITEXT_TASKS),
+        "limits": dict.fromkeys(WIKITEXT_TASKS, limit),
+        "seed": seed,
+    }
+
+
 def make_tiny_project(root: Path) -> Path:
     """Write model, data, checksums and config.yaml under ``root``; return the config path."""
     root.mkdir(parents=True, exist_ok=True)
