@@ -167,6 +167,11 @@ def wait_until_gone(jobid: str, timeout: float = GONE_TIMEOUT_S, poll: float = 1
         time.sleep(poll)
 
 
+def planned_minutes(member) -> int:
+    """The whole minutes the planner gave a member of an allocation (its ``runtime`` resource; 0 if none)."""
+    return int(member.resources.get("runtime", 0) or 0)
+
+
 def left_minutes(runtimes: list[int], asked: int, planned_done: int, finished: int) -> float:
     """Minutes the unfinished members of a timed-out allocation need at the pace its attempt measured: a member's
     planned minutes (``runtimes``) x the attempt's walltime ``asked`` over the planned minutes of the ``finished``
@@ -439,8 +444,8 @@ class Executor(SlurmExecutor):
         before = self._left_at_submit.get(job.jobid, members_of(job))
         done = [m for m in before if m not in left]
         asked = WALLTIME.get(job.jobid) or self.asked(job)[0]
-        planned_done = sum(int(m.resources.get("runtime", 0) or 0) for m in done)
-        planned_left = sum(int(m.resources.get("runtime", 0) or 0) for m in left)
+        runtimes_left = [planned_minutes(m) for m in left]
+        planned_done, planned_left = sum(planned_minutes(m) for m in done), sum(runtimes_left)
         cap = slurm_site.MAX_RUNTIME
         if not done:
             self._idle_timeouts[job.jobid] = self._idle_timeouts.get(job.jobid, 0) + 1
@@ -454,8 +459,7 @@ class Executor(SlurmExecutor):
                 return
             new = 2 * asked
         else:
-            runtimes = [int(m.resources.get("runtime", 0) or 0) for m in left]
-            new = math.ceil(left_minutes(runtimes, asked, planned_done, len(done)) * 1.25)
+            new = math.ceil(left_minutes(runtimes_left, asked, planned_done, len(done)) * 1.25)
         new = max(1, min(new, cap) if cap else new)
         WALLTIME[job.jobid] = new
         entries = [member_entry(m) for m in left]

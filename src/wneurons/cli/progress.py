@@ -3,7 +3,7 @@ the DAG with ``-F``; the jobs still to run without), running from Snakemake's ow
 run holds; its incomplete markers: outputs being written, or left by a killed job), and for SLURM the ledgers of
 the ``wneurons-slurm`` allocations (:mod:`wneurons.jobs.ledger`) of the newest run. Several configs can run in one
 working directory (a results_dir each): markers, locks and ledgers count for a config only where they name files
-under its own roots (:func:`own_prefixes`), so one config's status does not show another's run."""
+under its own roots (:func:`own_roots`), so one config's status does not show another's run."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from wneurons.experiment.paths import Roots
+from wneurons.experiment.paths import Roots, lies_in
 from wneurons.jobs import ledger
 
 SNAKEMAKE_DIR = Path(".snakemake")
@@ -51,27 +51,28 @@ def _decoded(path: Path, base: Path) -> str:
     return base64.urlsafe_b64decode("".join(parts)).decode()
 
 
-def own_prefixes(roots: Roots) -> tuple[str, ...]:
-    """The folders (with a trailing ``/``) that hold the files a config's run writes, the shared resources aside:
-    its results (with its logs and benchmark tables) and its two activation roots."""
-    folders = (roots.results, roots.logs, roots.benchmarks, roots.activations, roots.kept_activations)
-    return tuple(dict.fromkeys(os.path.normpath(f).rstrip("/") + "/" for f in folders))
+def own_roots(roots: Roots) -> tuple[str, ...]:
+    """The folders that hold the files a config's run writes, the shared resources aside: its results (with its
+    logs and benchmark tables) and its two activation roots."""
+    return tuple(
+        dict.fromkeys((roots.results, roots.logs, roots.benchmarks, roots.activations, roots.kept_activations))
+    )
 
 
-def is_own(path: str, prefixes: tuple[str, ...]) -> bool:
-    """Whether ``path`` (as Snakemake writes it: relative to the working directory) lies under one of ``prefixes``."""
-    return os.path.normpath(path).startswith(prefixes)
+def is_own(path: str, own: tuple[str, ...]) -> bool:
+    """Whether ``path`` (as Snakemake writes it: relative to the working directory) lies in one of ``own``."""
+    return any(lies_in(path, root) for root in own)
 
 
-def snakemake_activity(workdir: Path, prefixes: tuple[str, ...]) -> tuple[str, list[str]]:
-    """Who holds ``workdir`` now, by Snakemake's output locks: "this" (a run whose outputs lie under ``prefixes``),
+def snakemake_activity(workdir: Path, own: tuple[str, ...]) -> tuple[str, list[str]]:
+    """Who holds ``workdir`` now, by Snakemake's output locks: "this" (a run whose outputs lie under ``own``),
     "other" (only runs of other configs), or "none"; and this config's outputs marked incomplete (being written
     by a running job while it runs; else left by a killed one, rerun by ``--rerun-incomplete``)."""
     locks = workdir / SNAKEMAKE_DIR / "locks"
     holders = "none"
     for lock in sorted(locks.glob("*.output.lock")) if locks.is_dir() else []:
         with contextlib.suppress(OSError):  # a lock the run removes while we read it
-            if any(is_own(line, prefixes) for line in lock.read_text().splitlines() if line):
+            if any(is_own(line, own) for line in lock.read_text().splitlines() if line):
                 holders = "this"
                 break
             holders = "other"
@@ -81,25 +82,25 @@ def snakemake_activity(workdir: Path, prefixes: tuple[str, ...]) -> tuple[str, l
     for marker in markers:
         with contextlib.suppress(ValueError, UnicodeDecodeError):
             outputs.append(_decoded(marker, base))
-    return holders, sorted(path for path in outputs if is_own(path, prefixes))
+    return holders, sorted(path for path in outputs if is_own(path, own))
 
 
-def allocation_ledgers(workdir: Path, prefixes: tuple[str, ...]) -> tuple[str, list[tuple[str, int, int]]] | None:
+def allocation_ledgers(workdir: Path, own: tuple[str, ...]) -> tuple[str, list[tuple[str, int, int]]] | None:
     """The SLURM allocations (``.snakemake/wneurons-allocations/<run id>``) of this config's newest run, the newest
-    with a member whose outputs lie under ``prefixes``: its id and, per allocation (group), its members and how many
+    with a member whose outputs lie under ``own``: its id and, per allocation (group), its members and how many
     of them finished (a ledger record and their outputs present); None if no run of it wrote any."""
     root = workdir / ledger.ROOT
     runs = [d for d in root.iterdir() if d.is_dir()] if root.is_dir() else []
     with contextlib.chdir(workdir):  # the manifests name outputs relative to the working directory
         for run in sorted(runs, key=lambda d: d.stat().st_mtime, reverse=True):
-            groups, own = [], False
-            for manifest in sorted((ledger.ROOT / run.name).glob("*.json")):
-                members = ledger.read_manifest(manifest)
-                own = own or any(is_own(str(path), prefixes) for _, outputs, _ in members for path in outputs)
-                done = sum(ledger.finished(outputs, manifest, tmp) for _, outputs, tmp in members)
-                groups.append((manifest.stem, len(members), done))
-            if own:
-                return run.name, groups
+            manifests = [(m, ledger.read_manifest(m)) for m in sorted((ledger.ROOT / run.name).glob("*.json"))]
+            members = [member for _, group in manifests for member in group]
+            if any(is_own(str(path), own) for _, outputs, _ in members for path in outputs):
+                # Only this run's outputs are looked for: another config's runs cost a manifest read, not a stat.
+                return run.name, [
+                    (m.stem, len(group), sum(ledger.finished(outputs, m, tmp) for _, outputs, tmp in group))
+                    for m, group in manifests
+                ]
     return None
 
 
@@ -108,8 +109,8 @@ def status_lines(total: dict[str, int], left: dict[str, int], workdir: Path, roo
     the config whose files lie under ``roots``."""
     done = {rule: n - left.get(rule, 0) for rule, n in total.items()}
     n_total, n_left = sum(total.values()), sum(left.values())
-    prefixes = own_prefixes(roots)
-    holders, incomplete = snakemake_activity(workdir, prefixes)
+    own = own_roots(roots)
+    holders, incomplete = snakemake_activity(workdir, own)
     lines = [f"{n_total - n_left} of {n_total} jobs done, {n_left} left"]
     width = max((len(rule) for rule in total), default=4)
     lines.append(f"  {'rule':<{width}}  {'done':>6}  {'left':>6}")
@@ -131,7 +132,7 @@ def status_lines(total: dict[str, int], left: dict[str, int], workdir: Path, roo
     lines += [f"  {path}" for path in incomplete[:shown]]
     if len(incomplete) > shown:
         lines.append(f"  ... and {len(incomplete) - shown} more")
-    allocations = allocation_ledgers(workdir, prefixes)
+    allocations = allocation_ledgers(workdir, own)
     if allocations is not None:
         run_id, groups = allocations
         members, finished = sum(g[1] for g in groups), sum(g[2] for g in groups)
