@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from wneurons.experiment.paths import Roots, lies_in
+from wneurons.experiment.paths import Roots
 from wneurons.jobs import ledger
 
 SNAKEMAKE_DIR = Path(".snakemake")
@@ -61,7 +61,7 @@ def own_roots(roots: Roots) -> tuple[str, ...]:
 
 def is_own(path: str, own: tuple[str, ...]) -> bool:
     """Whether ``path`` (as Snakemake writes it: relative to the working directory) lies in one of ``own``."""
-    return any(lies_in(path, root) for root in own)
+    return any(Roots.lies_in(path, root) for root in own)
 
 
 def snakemake_activity(workdir: Path, own: tuple[str, ...]) -> tuple[str, list[str]]:

@@ -37,12 +37,6 @@ STAGED_MANIFEST = MANIFEST  # written last by staging, so a directory with one i
 RESERVED = (RESOURCES, LOGS, BENCHMARK_LOGS, ".snakemake", "config", "workflow", "profiles")
 
 
-def lies_in(path: str, root: str) -> bool:
-    """Whether ``path`` is ``root`` or lies under it (both relative to one directory, as Snakemake names files)."""
-    path = os.path.normpath(path)
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 @dataclass(frozen=True)
 class Roots:
     """The configurable roots of a run's files: ``results`` (config ``results_dir``), ``activations``
@@ -69,6 +63,12 @@ class Roots:
             neurons.get("kept_activations_dir") or KEPT_ACTIVATIONS,
         )
 
+    @staticmethod
+    def lies_in(path: str, root: str) -> bool:
+        """Whether ``path`` is ``root`` or lies under it (both relative to one directory, as Snakemake names files)."""
+        path = os.path.normpath(path)
+        return path == root or path.startswith(root.rstrip("/") + "/")
+
     @property
     def logs(self) -> str:
         return LOGS if self.results == RESULTS else f"{self.results}/{LOGS}"
@@ -87,12 +87,14 @@ class Roots:
         would be read as a model's results; the two activation roots must differ, as temporary shards are deleted
         by revision)."""
         for reserved in RESERVED:
-            if lies_in(self.results, reserved):
+            if self.lies_in(self.results, reserved):
                 return f"config: results_dir: {self.results!r} lies in {reserved}/, which holds another stage's files"
         for key, path in (("activations_dir", self.activations), ("kept_activations_dir", self.kept_activations)):
-            if lies_in(path, self.results) or lies_in(self.results, path):
+            if self.lies_in(path, self.results) or self.lies_in(self.results, path):
                 return f"config: neurons.{key}: {path!r} and results_dir {self.results!r} lie in one another"
-        if lies_in(self.activations, self.kept_activations) or lies_in(self.kept_activations, self.activations):
+        if self.lies_in(self.activations, self.kept_activations) or self.lies_in(
+            self.kept_activations, self.activations
+        ):
             return (
                 f"config: neurons.kept_activations_dir: {self.kept_activations!r} and neurons.activations_dir "
                 f"{self.activations!r} lie in one another"
